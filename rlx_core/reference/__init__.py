@@ -1,0 +1,9 @@
+"""The reference interpreter: plain numpy, one small kernel per op kind, the oracle.
+
+Importing this package registers every built-in kernel.
+"""
+from . import elementwise, sources  # noqa: F401  (registers kernels)
+from .interpreter import RefContext, evaluate, run_node
+from .kernels import RefKernel, get_kernel, has_kernel, kernel
+
+__all__ = ["evaluate", "run_node", "RefContext", "kernel", "get_kernel", "has_kernel", "RefKernel"]

@@ -1,0 +1,15 @@
+"""Devices, the backend contract, the plugin registry, sessions and compiled graphs."""
+from .backend import CAPABILITIES, Availability, Backend, BackendFactory, ExecutableGraph
+from .compile_cache import CompileCache
+from .device import DEVICE_PRIORITY, Device, device_label, known_devices, parse_device, register_device
+from .hookspecs import hookimpl, hookspec
+from .options import CompileOptions, PrecisionPolicy
+from .registry import ENTRY_POINT_GROUP, register_backends, registry, reset_registry
+from .session import CompiledGraph, Outputs, Session, compile_graph
+from .trace import Tracer
+
+__all__ = ["CAPABILITIES", "Availability", "Backend", "BackendFactory", "ExecutableGraph", "CompileCache",
+           "DEVICE_PRIORITY", "Device", "device_label", "known_devices", "parse_device", "register_device",
+           "hookimpl", "hookspec", "CompileOptions", "PrecisionPolicy", "ENTRY_POINT_GROUP",
+           "register_backends", "registry", "reset_registry", "CompiledGraph", "Outputs", "Session",
+           "compile_graph", "Tracer"]

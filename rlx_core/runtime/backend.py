@@ -1,0 +1,131 @@
+"""What a backend plugin implements: a ``Backend`` that compiles graphs into
+``ExecutableGraph`` s, and the ``BackendFactory`` through which the registry finds it.
+
+The split between factory and backend keeps discovery cheap: a factory is a small
+record (name, device, priority, a cheap probe) that a plugin can return without
+importing its heavy libraries; ``create()`` runs only when the backend is used.
+"""
+from __future__ import annotations
+
+import abc
+import importlib.util
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..ir.dtypes import DType
+from ..ir.node import Node
+from .device import Device, parse_device
+
+if TYPE_CHECKING:
+    from ..ir.graph import Graph
+    from ..rng import RngOptions
+    from .options import CompileOptions
+
+__all__ = ["Availability", "Backend", "ExecutableGraph", "BackendFactory", "CAPABILITIES"]
+
+# Advisory capability names a backend may claim (device_report shows them).
+CAPABILITIES = {
+    "clone": "compiled graphs can be cloned cheaply (shared weights)",
+    "typed_io": "f16/bf16 inputs and outputs without widening",
+    "out_buffers": "run(..., out=...) writes into caller buffers without a copy",
+    "dlpack": "device arrays in and out through DLPack, no host copy",
+    "gpu_handles": "outputs can stay on the device",
+    "control_flow": "if/while/scan run on the device",
+    "graph_capture": "a whole run is replayed as one captured device graph",
+    "async_pipeline": "runs can overlap host and device work",
+    "kv_resident": "KV caches stay resident on the device between steps",
+    "fused_elementwise": "elementwise chains compile to single kernels",
+}
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Result of an availability probe: ``ok`` and, either way, a human reason/detail."""
+
+    ok: bool
+    reason: str = ""
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class ExecutableGraph(abc.ABC):
+    """A compiled graph on one device. ``CompiledGraph`` validates everything that
+    reaches these methods (names, dims, dtypes), so implementations need not."""
+
+    capabilities: frozenset[str] = frozenset()
+
+    @abc.abstractmethod
+    def set_param(self, name: str, value: np.ndarray) -> None:
+        """Upload (or copy) a parameter; called once per value, not per run."""
+
+    @abc.abstractmethod
+    def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
+        """Run once. ``out``, when given, holds one host array per output to write into."""
+
+    def set_rng(self, rng: "RngOptions") -> None:
+        """Change rng seed/mode for the next runs without recompiling."""
+        self.rng = rng
+
+
+class Backend(abc.ABC):
+    """One device's compiler. Subclasses set ``name`` and ``device``."""
+
+    name: str = "?"
+    device: Device = Device.CPU
+
+    @abc.abstractmethod
+    def is_available(self) -> Availability:
+        """Full probe: driver present, hardware reachable. Never raises."""
+
+    @abc.abstractmethod
+    def supported_ops(self) -> Mapping[str, "frozenset[DType] | None"]:
+        """Op kind -> dtypes this backend runs (``None``: every dtype the kind accepts).
+
+        The dtype of a node is its first input's dtype, or its output's for source ops.
+        """
+
+    def check_node(self, node: Node) -> str | None:
+        """Finer rejection than kind/dtype (an attribute value, a size): reason or None."""
+        return None
+
+    def advisory_capabilities(self) -> frozenset[str]:
+        return frozenset()
+
+    @abc.abstractmethod
+    def compile(self, graph: "Graph", options: "CompileOptions") -> ExecutableGraph:
+        """Compile a verified, legalized graph (precision policy already applied)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} on {self.device}>"
+
+
+@dataclass(frozen=True)
+class BackendFactory:
+    """What a plugin's ``rlx_backends`` hook returns for each backend it provides.
+
+    ``requires`` names importable modules the backend needs; the cheap probe reports
+    a missing one without importing anything. ``priority`` decides between two
+    plugins serving one device (higher wins; ties break on ``name``).
+    """
+
+    name: str
+    device: "Device | str"
+    create: Callable[[], Backend]
+    priority: int = 0
+    description: str = ""
+    requires: tuple[str, ...] = ()
+    probe: Callable[[], Availability] | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "device", parse_device(self.device))
+
+    def cheap_probe(self) -> Availability:
+        """Availability without importing heavy libraries (module presence + plugin probe)."""
+        missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            return Availability(False, f"missing Python package(s): {', '.join(missing)}")
+        return self.probe() if self.probe else Availability(True, "")

@@ -1,0 +1,120 @@
+"""Devices: the twelve built-in kinds, their stable labels and aliases, and parsing.
+
+A ``Device`` is a label (``"cpu"``, ``"cuda"``, ``"gpu"`` ...) with an index for
+machines with several of one kind (``"cuda:1"``). Plugins may serve a device that is
+not built in: they declare it with :func:`register_device` and it then parses,
+prints and selects like the others.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from ..errors import UnknownDeviceError
+
+__all__ = ["Device", "parse_device", "device_label", "register_device", "known_devices",
+           "DEVICE_PRIORITY"]
+
+# label -> one-line description. Order is the fallback priority (fastest class first).
+_BUILTIN = {
+    "cuda": "NVIDIA GPU (CUDA)",
+    "rocm": "AMD GPU (ROCm / OpenCL)",
+    "tpu": "TPU, or XLA on another PJRT platform",
+    "metal": "Apple GPU (Metal)",
+    "mlx": "Apple MLX",
+    "ane": "Apple Neural Engine",
+    "gpu": "any GPU through wgpu (best adapter)",
+    "vulkan": "wgpu forced onto Vulkan",
+    "directx": "wgpu forced onto DirectX 12",
+    "opengl": "wgpu forced onto OpenGL",
+    "webgpu": "portable WebGPU profile (spec-default limits)",
+    "cpu": "host CPU",
+}
+_ALIASES = {
+    "nvidia": "cuda", "cu": "cuda", "amd": "rocm", "hip": "rocm", "opencl": "rocm", "cl": "rocm",
+    "xla": "tpu", "jax": "tpu", "apple": "metal", "mps": "metal", "wgpu": "gpu",
+    "vk": "vulkan", "gl": "opengl", "dx12": "directx", "d3d12": "directx", "host": "cpu",
+}
+_EXTRA: dict[str, str] = {}
+
+DEVICE_PRIORITY = tuple(_BUILTIN)
+
+
+@dataclass(frozen=True, order=True)
+class Device:
+    """A device kind plus index: ``Device("cuda", 1)``; ``Device.CUDA`` is index 0."""
+
+    label: str
+    index: int = 0
+
+    def __post_init__(self):
+        if self.label not in _BUILTIN and self.label not in _EXTRA:
+            raise UnknownDeviceError(_unknown_message(self.label))
+
+    @property
+    def description(self) -> str:
+        return _BUILTIN.get(self.label) or _EXTRA[self.label]
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.label in _BUILTIN
+
+    def is_available(self) -> bool:
+        """True when an installed plugin serves this device and its probe passes."""
+        from .registry import registry
+        return registry().is_available(self)
+
+    def __str__(self) -> str:
+        return self.label if self.index == 0 else f"{self.label}:{self.index}"
+
+    def __repr__(self) -> str:
+        return f"Device({str(self)!r})"
+
+
+for _label in _BUILTIN:  # Device.CPU, Device.CUDA, ...
+    setattr(Device, _label.upper(), Device(_label))
+
+
+def register_device(label: str, description: str, aliases: tuple[str, ...] = ()) -> Device:
+    """Declare a device kind that is not built in (called by the plugin serving it)."""
+    label = label.strip().lower()
+    if label in _BUILTIN:
+        return Device(label)
+    _EXTRA[label] = description
+    for a in aliases:
+        _ALIASES.setdefault(a.lower(), label)
+    return Device(label)
+
+
+def known_devices() -> list[str]:
+    return list(_BUILTIN) + list(_EXTRA)
+
+
+def parse_device(spec: "str | Device") -> Device:
+    """``"CUDA"``, ``"nvidia"``, ``"cuda:1"``, ``"wgpu"`` -> Device; unknown names raise
+    :class:`UnknownDeviceError` listing the valid ones (with a close match if any)."""
+    if isinstance(spec, Device):
+        return spec
+    if not isinstance(spec, str):
+        raise UnknownDeviceError(f"expected a device name, got {type(spec).__name__} {spec!r}")
+    text = spec.strip().lower()
+    name, _, idx = text.partition(":")
+    name = _ALIASES.get(name, name)
+    if name not in _BUILTIN and name not in _EXTRA:
+        raise UnknownDeviceError(_unknown_message(spec))
+    if idx and not idx.isdigit():
+        raise UnknownDeviceError(f"device index in {spec!r} must be a non-negative integer")
+    return Device(name, int(idx or 0))
+
+
+def device_label(device: "str | Device") -> str:
+    """The stable label of a device (``"gpu"`` for wgpu, ``"cuda:1"`` with an index)."""
+    return str(parse_device(device))
+
+
+def _unknown_message(spec) -> str:
+    names = known_devices()
+    close = difflib.get_close_matches(str(spec).lower(), names + list(_ALIASES), n=1)
+    hint = f"; did you mean '{_ALIASES.get(close[0], close[0])}'?" if close else ""
+    return f"unknown device {spec!r}{hint} Known devices: {', '.join(names)} (aliases: " \
+           f"{', '.join(f'{a}->{t}' for a, t in sorted(_ALIASES.items()))})"

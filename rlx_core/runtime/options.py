@@ -1,0 +1,86 @@
+"""Compile options and the precision policy enum."""
+from __future__ import annotations
+
+import enum
+import json
+import os
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import RlxError
+from ..rng import RngOptions
+
+__all__ = ["PrecisionPolicy", "CompileOptions"]
+
+
+class PrecisionPolicy(enum.Enum):
+    """How float math is carried out (see ``rlx_core.passes.precision``).
+
+    * ``declared``: every node in the dtype the graph declares (the default).
+    * ``f32`` / ``f16`` / ``bf16``: every f32/f16/bf16 node computed in that dtype.
+    * ``amp-f16`` / ``amp-bf16``: matmul, conv and attention in the low dtype;
+      reductions, softmax, norms, exp/log and losses in f32; other ops follow their inputs.
+    * ``amp-conservative``: only matmul, conv and attention in f16, their results
+      widened back to f32 at once, so everything else stays f32.
+
+    Graph inputs, params and outputs keep their declared dtypes in every policy.
+    """
+
+    DECLARED = "declared"
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    AMP_F16 = "amp-f16"
+    AMP_BF16 = "amp-bf16"
+    AMP_CONSERVATIVE = "amp-conservative"
+
+    @classmethod
+    def of(cls, x: "PrecisionPolicy | str | None") -> "PrecisionPolicy":
+        if x is None:
+            return cls.DECLARED
+        if isinstance(x, cls):
+            return x
+        key = str(x).strip().lower().replace("_", "-")
+        key = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "always-f32": "f32",
+               "always-f16": "f16", "always-bf16": "bf16", "amp": "amp-f16"}.get(key, key)
+        try:
+            return cls(key)
+        except ValueError:
+            raise RlxError(f"unknown precision policy {x!r}; expected one of "
+                           f"{', '.join(p.value for p in cls)}") from None
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything besides the graph and device that changes what ``compile`` produces.
+
+    ``trace=None`` follows ``RLX_TRACE``. ``backend`` carries backend-specific knobs
+    (documented by each plugin); unknown keys are the plugin's to reject.
+    """
+
+    precision: PrecisionPolicy = PrecisionPolicy.DECLARED
+    rng: RngOptions = field(default_factory=RngOptions)
+    trace: bool | None = None
+    backend: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "precision", PrecisionPolicy.of(self.precision))
+        if not isinstance(self.rng, RngOptions):
+            raise RlxError(f"rng must be RngOptions, got {type(self.rng).__name__}")
+        object.__setattr__(self, "backend", MappingProxyType(dict(self.backend)))
+
+    @property
+    def tracing(self) -> bool:
+        if self.trace is not None:
+            return self.trace
+        return os.environ.get("RLX_TRACE", "").strip() not in ("", "0")
+
+    def with_(self, **changes) -> "CompileOptions":
+        return replace(self, **changes)
+
+    def cache_key(self) -> str:
+        """What the compiled artifact depends on (rng is runtime state, not part of it)."""
+        return json.dumps({"precision": self.precision.value, "trace": self.tracing,
+                           "backend": {k: repr(v) for k, v in sorted(self.backend.items())}},
+                          sort_keys=True)

@@ -1,0 +1,268 @@
+"""``Session(device).compile(graph) -> CompiledGraph``: the user's handle on a backend.
+
+Compilation runs verify -> precision policy -> legalize -> backend compile. The
+``CompiledGraph`` validates every name, dims and dtype that crosses it, so backends
+only ever see well-formed data, and users get an ``InputError``/``ParamError`` that
+names the culprit instead of a failure deep inside a kernel.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import InputError, ParamError, RlxError
+from ..ir.dtypes import DType
+from ..ir.graph import Graph
+from ..ir.node import Node
+from ..passes.legalize import legalize_for_backend
+from ..passes.precision import apply_precision
+from ..rng import RngOptions
+from .backend import Backend, ExecutableGraph
+from .device import Device, parse_device
+from .options import CompileOptions, PrecisionPolicy
+from .registry import registry
+
+__all__ = ["Session", "CompiledGraph", "Outputs", "compile_graph"]
+
+
+class Outputs(list):
+    """Run results: a list in output order, also indexable by output name."""
+
+    def __init__(self, arrays: Iterable[Any], names: Sequence[str]):
+        super().__init__(arrays)
+        self.names = list(names)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            try:
+                return super().__getitem__(self.names.index(key))
+            except ValueError:
+                raise KeyError(f"no output named {key!r}; outputs: {self.names}") from None
+        return super().__getitem__(key)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(zip(self.names, self))
+
+
+class Session:
+    """Compiles graphs for one device: ``Session("cpu")``, ``Session(Device.CUDA, precision="amp-bf16")``."""
+
+    def __init__(self, device: "Device | str" = Device.CPU, precision: "PrecisionPolicy | str | None" = None,
+                 options: CompileOptions | None = None):
+        self.device = parse_device(device)
+        self.options = options or CompileOptions()
+        if precision is not None:
+            self.options = self.options.with_(precision=PrecisionPolicy.of(precision))
+        self.backend: Backend = registry().backend(self.device)
+
+    @property
+    def precision(self) -> PrecisionPolicy:
+        return self.options.precision
+
+    def compile(self, graph: Graph, options: CompileOptions | None = None) -> "CompiledGraph":
+        return compile_graph(self.backend, graph, options or self.options, self.device)
+
+    def __repr__(self) -> str:
+        return f"Session({self.device}, backend={self.backend.name}, precision={self.precision.value})"
+
+
+def compile_graph(backend: Backend, graph: Graph, options: CompileOptions, device: Device | None = None
+                  ) -> "CompiledGraph":
+    """The compile pipeline shared by Session, FlexibleSession and the multi-device runners."""
+    graph.verify()
+    lowered = apply_precision(graph, options.precision)
+    legalize_for_backend(lowered, backend, registry().op_kernels(backend.name))
+    exe = backend.compile(lowered, options)
+    if not isinstance(exe, ExecutableGraph):
+        raise RlxError(f"backend '{backend.name}' returned {type(exe).__name__} from compile, "
+                       f"not an ExecutableGraph")
+    return CompiledGraph(graph, exe, device or backend.device, backend.name, options)
+
+
+class CompiledGraph:
+    """A graph compiled for one device: set params, run, read outputs.
+
+    Inputs and params must have exactly the declared dims and dtype (a wrong dtype is
+    an error, not a silent cast: convert with ``.astype``). Python lists and scalars
+    are converted to the declared dtype. Params keep their values across runs.
+    """
+
+    def __init__(self, graph: Graph, executable: ExecutableGraph, device: Device, backend: str,
+                 options: CompileOptions):
+        self.graph = graph
+        self.executable = executable
+        self.device = device
+        self.backend = backend
+        self.options = options
+        self._inputs: dict[str, Node] = {n.attrs["name"]: n for n in graph.input_nodes}
+        self._params: dict[str, Node] = {n.attrs["name"]: n for n in graph.param_nodes}
+        self._params_set: set[str] = set()
+        self._staged: dict[str, Any] = {}
+        self._rng = options.rng
+        self._lock = threading.Lock()
+        self.output_names = graph.output_names
+        self.output_shapes = graph.output_shapes
+
+    # --- introspection ----------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._inputs)
+
+    @property
+    def param_names(self) -> list[str]:
+        return list(self._params)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return frozenset(self.executable.capabilities)
+
+    @property
+    def rng(self) -> RngOptions:
+        return self._rng
+
+    def __repr__(self) -> str:
+        return (f"CompiledGraph('{self.graph.name}' on {self.device} via {self.backend}, "
+                f"inputs={self.input_names}, params={self.param_names}, outputs={self.output_names})")
+
+    # --- params -------------------------------------------------------------------------
+    def set_param(self, name: str, value: Any) -> None:
+        node = self._lookup(self._params, name, "param", ParamError)
+        arr = _checked(node, value, ParamError, "param", self._accepts_device_arrays())
+        self.executable.set_param(name, arr)
+        self._params_set.add(name)
+
+    def set_params(self, values: Mapping[str, Any]) -> None:
+        for k, v in values.items():
+            self.set_param(k, v)
+
+    def set_param_typed(self, name: str, data: bytes, dtype: "DType | str") -> None:
+        """Set a param from raw bytes of ``dtype``, widened or narrowed to the declared dtype."""
+        node = self._lookup(self._params, name, "param", ParamError)
+        self.set_param(name, _from_bytes(node, data, dtype, ParamError, "param"))
+
+    # --- inputs and runs ------------------------------------------------------------------
+    def set_input(self, name: str, value: Any) -> None:
+        """Stage an input for the next ``run`` (inputs given to ``run`` take precedence)."""
+        node = self._lookup(self._inputs, name, "input", InputError)
+        self._staged[name] = _checked(node, value, InputError, "input", self._accepts_device_arrays())
+
+    def run(self, inputs: "Mapping[str, Any] | Iterable[tuple[str, Any]] | None" = None, *,
+            out: Sequence[np.ndarray] | None = None) -> Outputs:
+        """Run once. ``inputs`` is a mapping or (name, array) pairs; staged inputs fill the
+        rest. ``out`` gives one preallocated host array per output to write into."""
+        feeds = dict(self._staged)
+        given = dict(inputs.items() if isinstance(inputs, Mapping) else (inputs or ()))
+        for name, value in given.items():
+            node = self._lookup(self._inputs, name, "input", InputError)
+            feeds[name] = _checked(node, value, InputError, "input", self._accepts_device_arrays())
+        missing = [n for n in self._inputs if n not in feeds]
+        if missing:
+            raise InputError(f"missing input(s) {missing} for graph '{self.graph.name}'; expected "
+                             + ", ".join(f"{n}: {list(self._inputs[n].attrs['dims'])} "
+                                         f"{self._inputs[n].attrs['dtype']}" for n in missing))
+        unset = [n for n in self._params if n not in self._params_set]
+        if unset:
+            raise ParamError(f"param(s) {unset} of graph '{self.graph.name}' were never set; "
+                             f"call set_param first")
+        if out is not None:
+            out = self._check_out(out)
+        self._staged.clear()
+        return Outputs(self.executable.run(feeds, out), self.output_names)
+
+    def __call__(self, inputs=None, **kw):
+        return self.run(inputs, **kw)
+
+    def run_typed(self, inputs: Mapping[str, tuple[bytes, "DType | str"]]) -> list[tuple[bytes, str]]:
+        """Bytes in, bytes out: ``{name: (bytes, dtype)}`` -> ``[(bytes, dtype_label), ...]``."""
+        feeds = {}
+        for name, (data, dt) in inputs.items():
+            node = self._lookup(self._inputs, name, "input", InputError)
+            feeds[name] = _from_bytes(node, data, dt, InputError, "input")
+        outs = self.run(feeds)
+        return [(np.ascontiguousarray(o).tobytes(), DType.of(o.dtype).value) for o in map(np.asarray, outs)]
+
+    def set_rng(self, rng: RngOptions) -> None:
+        """Re-seed (or change the mode of) in-graph rng ops without recompiling."""
+        if not isinstance(rng, RngOptions):
+            raise RlxError(f"set_rng takes RngOptions, got {type(rng).__name__}")
+        self._rng = rng
+        self.executable.set_rng(rng)
+
+    # --- helpers --------------------------------------------------------------------------
+    def _accepts_device_arrays(self) -> bool:
+        return "dlpack" in self.executable.capabilities
+
+    def _lookup(self, table: dict[str, Node], name: str, what: str, err: type) -> Node:
+        try:
+            return table[name]
+        except KeyError:
+            known = ", ".join(table) or "none"
+            raise err(f"graph '{self.graph.name}' has no {what} named {name!r}; its {what}s: {known}") from None
+
+    def _check_out(self, out: Sequence[np.ndarray]) -> list[np.ndarray]:
+        out = list(out)
+        if len(out) != len(self.output_shapes):
+            raise InputError(f"out= has {len(out)} arrays, the graph has {len(self.output_shapes)} outputs")
+        for i, (arr, shape) in enumerate(zip(out, self.output_shapes)):
+            if not isinstance(arr, np.ndarray) or arr.shape != shape.dims or arr.dtype != shape.dtype.np \
+                    or not arr.flags.writeable:
+                raise InputError(f"out[{i}] ({self.output_names[i]}) must be a writable numpy array of "
+                                 f"{list(shape.dims)} {shape.dtype}, got {_describe(arr)}")
+        return out
+
+
+def _checked(node: Node, value: Any, err: type, what: str, device_arrays: bool) -> Any:
+    name, dims, dtype = node.attrs["name"], tuple(node.attrs["dims"]), node.attrs["dtype"]
+    if device_arrays and not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
+        arr = value  # a device array for a DLPack-capable backend: checked by attributes only
+        got_dt = _dtype_of(arr)
+    else:
+        if not isinstance(value, np.ndarray):
+            if hasattr(value, "__dlpack__") or hasattr(value, "__array__"):
+                value = np.asarray(value)  # e.g. a torch CPU tensor
+            else:
+                try:
+                    value = np.asarray(value, dtype=dtype.np)
+                except (TypeError, ValueError) as e:
+                    raise err(f"{what} '{name}': cannot convert {type(value).__name__} to "
+                              f"{dtype}: {e}") from None
+        arr = value
+        got_dt = _dtype_of(arr)
+    if tuple(arr.shape) != dims:
+        raise err(f"{what} '{name}': expected dims {list(dims)}, got {list(arr.shape)}")
+    if got_dt is not dtype:
+        raise err(f"{what} '{name}': expected dtype {dtype}, got {got_dt or getattr(arr, 'dtype', '?')}"
+                  f" (convert with .astype({dtype.np.name!r}))")
+    if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)  # (not for 0-d arrays: that would make them 1-d)
+    return arr
+
+
+def _dtype_of(arr) -> DType | None:
+    try:
+        return DType.of(np.dtype(arr.dtype))
+    except Exception:
+        try:
+            return DType.of(str(arr.dtype).replace("torch.", ""))
+        except Exception:
+            return None
+
+
+def _from_bytes(node: Node, data: bytes, dtype, err: type, what: str) -> np.ndarray:
+    dt = DType.of(dtype)
+    name, dims = node.attrs["name"], tuple(node.attrs["dims"])
+    count = int(np.prod(dims, dtype=np.int64))
+    if len(data) != count * dt.itemsize:
+        raise err(f"{what} '{name}': {len(data)} bytes of {dt} is {len(data) / dt.itemsize:g} values, "
+                  f"expected {count} ({list(dims)})")
+    arr = np.frombuffer(data, dtype=dt.np).reshape(dims)
+    from ..reference.elementwise import cast_array
+    return cast_array(arr, node.attrs["dtype"])
+
+
+def _describe(a) -> str:
+    if isinstance(a, np.ndarray):
+        return f"{list(a.shape)} {a.dtype}" + ("" if a.flags.writeable else " (read-only)")
+    return type(a).__name__
