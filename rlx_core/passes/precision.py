@@ -18,7 +18,7 @@ __all__ = ["apply_precision", "HEAVY_KINDS", "F32_KINDS"]
 POLICY_FLOATS = frozenset({DType.F32, DType.F16, DType.BF16})  # f64 is never changed
 HEAVY_KINDS = frozenset({"matmul", "conv", "conv_transpose2d", "attention"})
 F32_KINDS = frozenset({
-    "sum", "mean", "prod", "softmax", "log_softmax", "cumsum", "layer_norm", "rms_norm",
+    "reduce_sum", "reduce_mean", "reduce_prod", "softmax", "log_softmax", "cumsum", "layer_norm", "rms_norm",
     "group_norm", "exp", "log", "softplus", "pow", "dense_solve", "fft", "rsqrt", "reciprocal",
 })
 _LOW = {PrecisionPolicy.F16: DType.F16, PrecisionPolicy.BF16: DType.BF16,

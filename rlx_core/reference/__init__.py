@@ -2,7 +2,8 @@
 
 Importing this package registers every built-in kernel.
 """
-from . import elementwise, sources  # noqa: F401  (registers kernels)
+from . import (control, conv, elementwise, fft, linalg, movement, nn, quant, random, reduce,  # noqa: F401
+               sources)
 from .interpreter import RefContext, evaluate, run_node
 from .kernels import RefKernel, get_kernel, has_kernel, kernel
 

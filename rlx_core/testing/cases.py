@@ -24,7 +24,8 @@ from ..ir.shape import Shape
 
 __all__ = ["Case", "InputSpec", "spec", "make_data", "build_case", "all_cases", "CASE_MODULES"]
 
-CASE_MODULES = ["elementwise", "sources"]
+CASE_MODULES = ["sources", "elementwise", "reduce", "movement", "linalg", "nn", "conv", "quant",
+                "fft", "random", "control"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,2 @@
+"""Reference kernels of the 'quant' family."""
+from __future__ import annotations

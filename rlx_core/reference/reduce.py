@@ -1,0 +1,2 @@
+"""Reference kernels of the 'reduce' family."""
+from __future__ import annotations
