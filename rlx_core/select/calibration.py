@@ -31,26 +31,30 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..errors import DeviceUnavailableError, PluginError
+from ..errors import DeviceUnavailableError, PluginError, RlxError
+from ..ir.dtypes import DType
 from ..ir.graph import Graph
+from ..ir.schema import get_schema
 from ..ir.shape import Shape
 from ..runtime.backend import Backend
 from ..runtime.device import Device, parse_device
 from ..runtime.options import CompileOptions
-from .cost import DeviceFigures
+from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
-           "device_figures", "measure_backend", "measure_overheads", "report_progress", "progress_reporter",
+           "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "report_progress", "progress_reporter",
            "FORMAT_VERSION"]
 
 log = logging.getLogger("rlx.select.calibration")
 FORMAT_VERSION = 1
+# Vector lengths at which op kinds are timed (64 KiB and 4 MiB of f32).
+KIND_PROBE_SIZES = (1 << 14, 1 << 20)
 MEASURED_FIELDS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns", "dispatch_overhead_ns",
                    "vector_gflops")
 
@@ -84,6 +88,8 @@ class Calibration:
     dispatch_overhead_ns: float
     vector_gflops: float
     transfer_bw_gbps: float | None = None
+    kind_ns_per_element: dict[str, list[float]] = field(default_factory=dict)
+    kind_probe_sizes: tuple[int, int] = KIND_PROBE_SIZES
     plugin_version: str | None = None
     measured_s: float = 0.0
     created: float = 0.0
@@ -92,7 +98,8 @@ class Calibration:
     def figures(self, fuses_elementwise: bool = False) -> DeviceFigures:
         return DeviceFigures(self.sgemm_gflops, self.memory_bw_gbps, self.roundtrip_overhead_ns,
                              self.dispatch_overhead_ns, self.vector_gflops, self.transfer_bw_gbps,
-                             fuses_elementwise, source="calibrated")
+                             fuses_elementwise, "calibrated", dict(self.kind_ns_per_element),
+                             tuple(self.kind_probe_sizes))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -110,10 +117,23 @@ class Calibration:
             _check_positive(name, data[name])
         if data.get("transfer_bw_gbps") is not None:
             _check_positive("transfer_bw_gbps", data["transfer_bw_gbps"])
-        return cls(**{k: v for k, v in data.items() if k in names})
+        kinds = data.get("kind_ns_per_element") or {}
+        if not isinstance(kinds, dict):
+            raise ValueError(f"kind_ns_per_element must be an object, got {type(kinds).__name__}")
+        for kind, values in kinds.items():
+            if not isinstance(values, list) or len(values) != 2:
+                raise ValueError(f"kind_ns_per_element[{kind!r}] must be [small, large], got {values!r}")
+            for v in values:
+                _check_positive(f"kind_ns_per_element[{kind!r}]", v)
+        sizes = data.get("kind_probe_sizes", KIND_PROBE_SIZES)
+        if not (isinstance(sizes, (list, tuple)) and len(sizes) == 2 and 0 < sizes[0] < sizes[1]):
+            raise ValueError(f"kind_probe_sizes must be two increasing sizes, got {sizes!r}")
+        values = {k: v for k, v in data.items() if k in names}
+        values["kind_probe_sizes"] = tuple(sizes)
+        return cls(**values)
 
 
-_OPTIONAL = {"transfer_bw_gbps", "plugin_version", "measured_s", "created", "format"}
+_OPTIONAL = {"transfer_bw_gbps", "kind_ns_per_element", "kind_probe_sizes", "plugin_version", "measured_s", "created", "format"}
 
 
 def _check_positive(name: str, value) -> None:
@@ -267,6 +287,8 @@ def _calibrate(device: "Device | str", force: bool) -> Calibration:
     try:
         calib = Calibration.from_dict({
             **{k: figures.get(k) for k in MEASURED_FIELDS}, "transfer_bw_gbps": figures.get("transfer_bw_gbps"),
+            "kind_ns_per_element": figures.get("kind_ns_per_element") or {},
+            "kind_probe_sizes": figures.get("kind_probe_sizes", KIND_PROBE_SIZES),
             "backend": entry.name, "device": str(dev), "device_id": f"{dev.label}{dev.index or ''}-{fingerprint}",
             "fingerprint": fingerprint, "plugin_version": _plugin_version(entry.plugin),
             "measured_s": round(time.perf_counter() - start, 3), "created": time.time()})
@@ -366,38 +388,40 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
       the time left after overheads; from host arrays, so a discrete device's bus shows);
     * ``vector_gflops``: a chain of 8 ``exp`` on 1 MiB vectors (8 FLOPs per element);
     * ``sgemm_gflops``: a 512^3 f32 ``matmul`` (1024^3 if that was quick), unless the caller
-      measured it; a backend without matmul gets its vector rate (it never runs a GEMM).
+      measured it; a backend without matmul gets its vector rate (it never runs a GEMM);
+    * ``kind_ns_per_element``: :func:`measure_kind_costs` with what is left of ``budget_s``.
     """
     deadline = time.perf_counter() + budget_s
     rng = np.random.default_rng(0)
-    report_progress(0.0, "overheads")
+    report_progress(0.05, "overheads")
     out = measure_overheads(backend, device)
     fixed = out["roundtrip_overhead_ns"] + out["dispatch_overhead_ns"]
 
-    report_progress(0.3, "memory bandwidth")
+    report_progress(0.15, "memory bandwidth")
     n = 1 << 22
     g = _chain("add", n, 1, inputs=2)
     best = min(_timed_runs(_compile(backend, g, device), _feeds(g, rng), 5))
     out["memory_bw_gbps"] = 3 * 4 * n / max(best - fixed, 1.0)
 
-    report_progress(0.5, "vector throughput")
+    report_progress(0.25, "vector throughput")
     n, length = 1 << 18, 8
     g = _chain("exp", n, length)
     best = min(_timed_runs(_compile(backend, g, device), _feeds(g, rng), 5))
     per_node = (best - out["roundtrip_overhead_ns"]) / length - out["dispatch_overhead_ns"]
     out["vector_gflops"] = 8.0 * n / max(per_node, 1.0)
 
-    report_progress(0.7, "GEMM throughput")
+    report_progress(0.35, "GEMM throughput")
     if sgemm_gflops is None:
         sgemm_gflops = _measure_sgemm(backend, device, fixed, deadline) or out["vector_gflops"]
     out["sgemm_gflops"] = sgemm_gflops
     out["transfer_bw_gbps"] = None
+    out["kind_ns_per_element"] = measure_kind_costs(backend, device, fixed, deadline, progress=(0.45, 1.0))
+    out["kind_probe_sizes"] = list(KIND_PROBE_SIZES)
     report_progress(1.0, "done")
     return out
 
 
 def _measure_sgemm(backend: Backend, device: Device | None, fixed: float, deadline: float) -> float | None:
-    from ..ir.dtypes import DType
     ops = backend.supported_ops()
     if "matmul" not in ops or (ops["matmul"] is not None and DType.F32 not in ops["matmul"]):
         return None
@@ -414,3 +438,62 @@ def _measure_sgemm(backend: Backend, device: Device | None, fixed: float, deadli
         if (time.perf_counter() - t0) * 10 > deadline - time.perf_counter():
             break  # the next size (8x the work) would not fit the time budget
     return best_rate
+
+
+def measure_kind_costs(backend: Backend, device: Device | None, fixed_ns: float, deadline: float,
+                       sizes: tuple[int, int] = KIND_PROBE_SIZES, progress: tuple[float, float] = (0.0, 1.0)
+                       ) -> dict[str, list[float]]:
+    """ns per element of each op kind ``backend`` runs that works on one or two f32 vectors
+    (elementwise, reductions, ...), at the two ``sizes`` (in cache, and out of most caches:
+    kernels that make temporaries slow down far more than linearly): one single-node graph
+    per kind and size, best of a few runs minus ``fixed_ns`` (roundtrip + one dispatch).
+    GEMM and view kinds are left to the other figures; kinds still left when ``deadline``
+    passes are skipped (their nodes fall back to the FLOP rates)."""
+    kinds = [k for k in sorted(backend.supported_ops()) if k not in GEMM_KINDS and k not in VIEW_KINDS]
+    rng = np.random.default_rng(0)
+    out: dict[str, list[float]] = {}
+    for i, kind in enumerate(kinds):
+        if time.perf_counter() > deadline:
+            log.info("calibration budget spent; %d op kind(s) left unmeasured", len(kinds) - i)
+            break
+        report_progress(progress[0] + (progress[1] - progress[0]) * i / len(kinds), f"op {kind}")
+        per_element = [_probe_kind(backend, device, kind, n, fixed_ns, rng) for n in sizes]
+        if None not in per_element:
+            out[kind] = per_element
+    return out
+
+
+def _probe_kind(backend, device, kind: str, n: int, fixed_ns: float, rng) -> float | None:
+    graph = _probe_graph(kind, n)
+    if graph is None:
+        return None
+    feeds = {k: (v + 0.5).astype(np.float32) for k, v in _feeds(graph, rng).items()}  # inside every domain
+    try:
+        compiled = _compile(backend, graph, device)
+        times = _timed_runs(compiled, feeds, 1)
+        if times[0] < 20e6:  # cheap enough to take the best of a few more
+            times += _timed_runs(compiled, feeds, 3)
+    except RlxError as e:
+        log.debug("no cost probe for %s: %s", kind, e)
+        return None
+    return max(min(times) - fixed_ns, 1.0) / max(s.size for s in _operands(graph))
+
+
+def _probe_graph(kind: str, n: int) -> Graph | None:
+    """One ``kind`` node on f32 [n] inputs with default attributes, or None if it cannot be built so."""
+    schema = get_schema(kind)
+    arity = schema.min_inputs
+    if arity not in (1, 2) or (schema.dtypes is not None and DType.F32 not in schema.dtypes):
+        return None
+    g = Graph(f"calib-{kind}")
+    try:
+        xs = [g.input(f"x{i}", Shape((n,), "f32")) for i in range(arity)]
+        outs = g.op(kind, *xs)
+    except RlxError:
+        return None
+    g.set_outputs(list(outs) if isinstance(outs, tuple) else [outs])
+    return g
+
+
+def _operands(graph: Graph) -> list[Shape]:
+    return [s for node in graph.nodes for s in node.outputs]

@@ -11,7 +11,11 @@ For one run on device *d*::
                                                                     bytes / memory_bw_d) ]
         + (graph input bytes + output bytes) / transfer_bw_d       (discrete devices only)
 
-* ``rate(gemm)`` is ``sgemm_gflops`` (halved for f64); ``rate(vector)`` is ``vector_gflops``.
+* ``flops / rate`` is replaced by ``elements * ns_per_element`` when calibration timed that
+  kind on this device (``elements`` = the largest operand's size; the per-element time is
+  interpolated between the two probe sizes in log2 of the size): Python-hosted kernels
+  differ by 100x between kinds of equal FLOPs, and slow down out of cache. Otherwise ``rate(gemm)`` is
+  ``sgemm_gflops`` (halved for f64) and ``rate(vector)`` is ``vector_gflops``.
 * A node's bytes are what it reads plus what it writes, with real dtype sizes.
 * Backends that advertise ``fused_elementwise`` run an elementwise node whose only user is
   another elementwise node inside that user's kernel: it costs its flops, but no dispatch
@@ -37,7 +41,7 @@ any other kind (documented default)    1 per output element, bytes read + writte
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from ..ir.dtypes import DType
@@ -65,6 +69,7 @@ class NodeCost:
     kind: str
     work: str
     flops: float
+    elements: int  # size of the largest operand (input or output)
     in_bytes: tuple[int, ...]
     out_bytes: int
     inputs: tuple[int, ...]  # producing node ids, aligned with in_bytes
@@ -115,11 +120,31 @@ class DeviceFigures:
     transfer_bw_gbps: float | None = None
     fuses_elementwise: bool = False
     source: str = "nominal"
+    kind_ns_per_element: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    kind_probe_sizes: tuple[int, int] = (1, 2)
+
+    def compute_ns(self, node: NodeCost) -> float:
+        timed = self.kind_ns_per_element.get(node.kind)
+        if timed is not None:
+            return node.elements * _interpolate(node.elements, self.kind_probe_sizes, timed)
+        return node.flops / self.rate(node.work, node.dtype)
 
     def rate(self, work: str, dtype: DType) -> float:
         if work == GEMM:
             return self.sgemm_gflops * (F64_GEMM_FACTOR if dtype in (DType.F64, DType.C128) else 1.0)
         return self.vector_gflops
+
+
+def _interpolate(n: int, sizes: tuple[int, int], values: Sequence[float]) -> float:
+    """Per-element cost at ``n`` elements: the small/large probe values, linear in log2(n)
+    between the probe sizes, flat outside them."""
+    (lo, hi), (v_lo, v_hi) = sizes, values
+    if n <= lo:
+        return v_lo
+    if n >= hi:
+        return v_hi
+    t = (math.log2(n) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+    return v_lo + t * (v_hi - v_lo)
 
 
 # --- FLOP rules ---------------------------------------------------------------------------
@@ -212,6 +237,7 @@ def _count(graph: Graph, uid):
         yield NodeCost(node=uid(graph, node.id), kind=node.kind,
                        work=GEMM if node.kind in GEMM_KINDS else VECTOR,
                        flops=node_flops(node.kind, ins, node.outputs, node.attrs),
+                       elements=0 if view else max(s.size for s in (*ins, *node.outputs)),
                        in_bytes=tuple(0 if view else s.nbytes for s in ins),
                        out_bytes=0 if view else sum(o.nbytes for o in node.outputs),
                        inputs=tuple(uid(graph, r.node) for r in node.inputs),
@@ -230,8 +256,7 @@ def estimate_ns(cost: GraphCost, figures: DeviceFigures) -> float:
         if n.node not in fused:
             moved += n.out_bytes
             total += figures.dispatch_overhead_ns
-        compute = n.flops / figures.rate(n.work, n.dtype)
-        total += max(compute, moved / figures.memory_bw_gbps)
+        total += max(figures.compute_ns(n), moved / figures.memory_bw_gbps)
     if figures.transfer_bw_gbps:
         total += (cost.input_bytes + cost.output_bytes) / figures.transfer_bw_gbps
     return total

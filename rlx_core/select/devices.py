@@ -93,6 +93,7 @@ class DeviceCandidate:
     detail: str = ""
     estimate_ns: float | None = None
     figures: str | None = None
+    blocker_kind: str | None = None  # unregistered | unavailable | policy | unsupported
     offending: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
@@ -284,4 +285,4 @@ def _row(dev: Device, block: Blocker | None, graph: Graph | None, recommended: b
     return DeviceCandidate(dev, dev.label, entry is not None, kind not in (UNREGISTERED, UNAVAILABLE), supports,
                            recommended, block.reason if block else None, block.fix if block else None, caps,
                            entry.name if entry else None, entry.plugin if entry else None, detail, estimate,
-                           figures, block.offending if block else ())
+                           figures, kind, block.offending if block else ())
