@@ -221,15 +221,16 @@ class _UsageError(Exception):
 
 def _load_graph(spec: str):
     """A workload spec (``chain:65536:8``) or a path to a graph saved with ``Graph.to_json``."""
+    from .errors import RlxError
     from .ir import Graph
     from .select.workloads import build
-    if spec.endswith(".json"):
-        try:
+    try:
+        if spec.endswith(".json"):
             with open(spec) as f:
                 return Graph.from_json(f.read())
-        except OSError as e:
-            raise _UsageError(f"cannot read graph file {spec}: {e}") from None
-    return build(spec)
+        return build(spec)
+    except (OSError, RlxError) as e:
+        raise _UsageError(f"cannot use graph {spec!r}: {e}") from None
 
 
 def _yes(flag) -> str:

@@ -48,7 +48,7 @@ from ..runtime.options import CompileOptions
 from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
-           "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "report_progress", "progress_reporter",
+           "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "report_progress", "progress_reporter", "clear_memo",
            "FORMAT_VERSION"]
 
 log = logging.getLogger("rlx.select.calibration")
@@ -167,7 +167,9 @@ def _slug(text: str) -> str:
 
 # --- reading and writing -----------------------------------------------------------------
 _MEMO: dict[Path, Calibration] = {}
+_FAILED: dict[tuple[str, str], str] = {}  # (backend, device) -> why calibrating it failed
 _MEMO_LOCK = threading.Lock()
+_MEASURE_LOCK = threading.RLock()
 
 
 def load_calibration(device: "Device | str", backend: str | None = None) -> Calibration | None:
@@ -270,14 +272,26 @@ def calibrate(device: "Device | str", *, force: bool = False) -> Calibration:
 
 
 def _calibrate(device: "Device | str", force: bool) -> Calibration:
+    """One measurement at a time per process: concurrent callers wait and then find the
+    cache, and two devices measured at once would disturb each other's figures."""
     from ..runtime.registry import registry
     dev = parse_device(device)
     reg = registry()
     entry = reg.entry(dev)
-    if not force:
-        cached = load_calibration(dev, entry.name)
-        if cached is not None:
-            return cached
+    with _MEASURE_LOCK:
+        if not force:
+            cached = load_calibration(dev, entry.name)
+            if cached is not None:
+                return cached
+        try:
+            return _measure_and_store(reg, entry, dev)
+        except Exception as e:
+            with _MEMO_LOCK:
+                _FAILED[(entry.name, str(dev))] = f"{type(e).__name__}: {e}"
+            raise
+
+
+def _measure_and_store(reg, entry, dev: Device) -> Calibration:
     backend = reg.backend(dev)  # raises DeviceUnavailableError with the reason
     start = time.perf_counter()
     figures = reg.calibrate(entry.name, dev)
@@ -299,6 +313,7 @@ def _calibrate(device: "Device | str", force: bool) -> Calibration:
     _write_atomic(path, calib.to_json())
     with _MEMO_LOCK:
         _MEMO[path] = calib
+        _FAILED.pop((entry.name, str(dev)), None)
     log.info("calibrated %s on %s in %.2f s: %s", entry.name, dev, calib.measured_s,
              {k: getattr(calib, k) for k in MEASURED_FIELDS})
     return calib
@@ -311,15 +326,27 @@ def device_figures(device: "Device | str", *, calibrate: bool = False) -> Device
     dev = parse_device(device)
     fuses = _fuses_elementwise(dev)
     calib = load_calibration(dev)
-    if calib is None and calibrate and registry().is_available(dev):
+    if calib is None and calibrate and not _failed_before(dev) and registry().is_available(dev):
         try:
             calib = _calibrate(dev, force=False)
         except Exception as e:  # a failing calibration must not stop device selection
-            log.warning("calibrating %s failed (%s: %s); using nominal figures", dev, type(e).__name__, e)
+            log.warning("calibrating %s failed (%s: %s); using nominal figures for this process", dev,
+                        type(e).__name__, e)
     if calib is not None:
         return calib.figures(fuses)
     sgemm, bw, roundtrip, dispatch, vector, transfer = NOMINAL.get(dev.label, _UNKNOWN_DEVICE)
     return DeviceFigures(sgemm, bw, roundtrip, dispatch, vector, transfer, fuses, source="nominal")
+
+
+def _failed_before(dev: Device) -> bool:
+    """Whether calibrating ``dev`` already failed in this process (not retried implicitly)."""
+    from ..runtime.registry import registry
+    try:
+        key = (registry().entry(dev).name, str(dev))
+    except DeviceUnavailableError:
+        return False
+    with _MEMO_LOCK:
+        return key in _FAILED
 
 
 def _fuses_elementwise(device: Device) -> bool:
@@ -331,9 +358,11 @@ def _fuses_elementwise(device: Device) -> bool:
 
 
 def clear_memo() -> None:
-    """Forget calibrations read in this process (tests; after deleting cache files)."""
+    """Forget calibrations read, and failures seen, in this process (tests; after
+    deleting cache files)."""
     with _MEMO_LOCK:
         _MEMO.clear()
+        _FAILED.clear()
 
 
 # --- the generic measurement ---------------------------------------------------------------
@@ -380,7 +409,7 @@ def measure_overheads(backend: Backend, device: Device | None = None, runs: int 
 
 
 def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gflops: float | None = None,
-                    budget_s: float = 3.0) -> dict:
+                    budget_s: float = 2.5) -> dict:
     """Every figure of :class:`Calibration` by timing graphs through ``backend``.
 
     * overheads: :func:`measure_overheads`;
@@ -389,7 +418,8 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
     * ``vector_gflops``: a chain of 8 ``exp`` on 1 MiB vectors (8 FLOPs per element);
     * ``sgemm_gflops``: a 512^3 f32 ``matmul`` (1024^3 if that was quick), unless the caller
       measured it; a backend without matmul gets its vector rate (it never runs a GEMM);
-    * ``kind_ns_per_element``: :func:`measure_kind_costs` with what is left of ``budget_s``.
+    * ``kind_ns_per_element``: :func:`measure_kind_costs` with what is left of ``budget_s``
+      (the whole measurement stays near ``budget_s``: a loaded machine gets fewer kinds timed).
     """
     deadline = time.perf_counter() + budget_s
     rng = np.random.default_rng(0)
@@ -457,9 +487,10 @@ def measure_kind_costs(backend: Backend, device: Device | None, fixed_ns: float,
             log.info("calibration budget spent; %d op kind(s) left unmeasured", len(kinds) - i)
             break
         report_progress(progress[0] + (progress[1] - progress[0]) * i / len(kinds), f"op {kind}")
-        per_element = [_probe_kind(backend, device, kind, n, fixed_ns, rng) for n in sizes]
-        if None not in per_element:
-            out[kind] = per_element
+        small = _probe_kind(backend, device, kind, sizes[0], fixed_ns, rng)
+        large = _probe_kind(backend, device, kind, sizes[1], fixed_ns, rng) if small is not None else None
+        if large is not None:
+            out[kind] = [small, large]
     return out
 
 
@@ -470,9 +501,11 @@ def _probe_kind(backend, device, kind: str, n: int, fixed_ns: float, rng) -> flo
     feeds = {k: (v + 0.5).astype(np.float32) for k, v in _feeds(graph, rng).items()}  # inside every domain
     try:
         compiled = _compile(backend, graph, device)
-        times = _timed_runs(compiled, feeds, 1)
-        if times[0] < 20e6:  # cheap enough to take the best of a few more
-            times += _timed_runs(compiled, feeds, 3)
+        t0 = time.perf_counter_ns()
+        compiled.run(feeds)
+        first = time.perf_counter_ns() - t0
+        # A slow kernel's first run is a fair sample; a fast one gets a warm-up and the best of 3.
+        times = [first] if first > 20e6 else _timed_runs(compiled, feeds, 3)
     except RlxError as e:
         log.debug("no cost probe for %s: %s", kind, e)
         return None

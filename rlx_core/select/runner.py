@@ -101,6 +101,7 @@ class GraphDevices:
         self._pick_lock = threading.Lock()  # serializes the one-time benchmark pick
         self._benchmark_winner: Device | None = None
         self._devices: list[Device] | None = None
+        self._ranked: list[Device] | None = None
         self.history: collections.deque[RunRecord] = collections.deque(maxlen=history_size)
         self.served: collections.Counter[str] = collections.Counter()
 
@@ -133,13 +134,18 @@ class GraphDevices:
         return self.ranked()[0]
 
     def ranked(self) -> list[Device]:
-        """:meth:`devices`, fastest first by the cost model."""
+        """:meth:`devices`, fastest first by the cost model; computed once."""
+        with self._lock:
+            if self._ranked is not None:
+                return list(self._ranked)
         devices = self.devices()
         if not devices:
             raise nothing_viable_error(self.graph, self._policy, self.options)
-        if len(devices) == 1:
-            return devices
-        return [d for d, _ in rank_devices(self.graph, devices, self._policy, calibrate=self.calibrate)]
+        ranked = devices if len(devices) == 1 else [
+            d for d, _ in rank_devices(self.graph, devices, self._policy, calibrate=self.calibrate)]
+        with self._lock:
+            self._ranked = ranked
+        return list(ranked)
 
     def resolve(self, hint: "Device | str | None" = None, inputs: Mapping[str, Any] | None = None) -> Device:
         """hint -> ``PREFIX_DEVICE`` -> pick strategy. With a benchmark policy and ``inputs``,
@@ -250,10 +256,12 @@ class GraphDevices:
         return ok
 
     def invalidate_cache(self) -> None:
-        """Drop every compiled graph, the viable-device list and the benchmark pick (params stay)."""
+        """Drop every compiled graph, the viable devices, their ranking and the benchmark pick
+        (params stay)."""
         with self._lock:
             self._slots.clear()
             self._devices = None
+            self._ranked = None
             self._benchmark_winner = None
 
     # --- runs ----------------------------------------------------------------------------------

@@ -37,12 +37,15 @@ class RefExecutable(ExecutableGraph):
         self.params[name] = np.array(value, copy=True)
 
     def run(self, inputs, out=None):
+        """Like a device with one staging buffer: inputs are copied in, then (after the
+        configured delay) read back, so unserialized concurrent runs would mix them up."""
         self.runs += 1
         if self.backend.fail_at_run:
             raise RuntimeError(f"{self.backend.name}: device lost")
+        self.staging = {k: np.array(v, copy=True) for k, v in inputs.items()}
         if self.backend.delay_s:
             time.sleep(self.backend.delay_s)
-        return evaluate(self.graph, inputs, self.params)
+        return evaluate(self.graph, self.staging, self.params)
 
 
 class RefBackend(Backend):
