@@ -337,12 +337,13 @@ def basic_index(index, dims: tuple[int, ...]) -> tuple[list[range], tuple[int, .
     """What numpy basic indexing takes from an array of ``dims``: the indices kept along
     each axis, and the result's dims (ints drop their axis, None adds one of size 1)."""
     items = index if isinstance(index, tuple) else (index,)
-    if sum(item is Ellipsis for item in items) > 1:
+    n_ellipses = sum(item is Ellipsis for item in items)  # by identity: arrays make `in` ambiguous
+    if n_ellipses > 1:
         raise OpAttributeError(f"an index can only have a single ellipsis ('...'), got {index!r}")
     consuming = sum(item is not None and item is not Ellipsis for item in items)
     if consuming > len(dims):
         raise ShapeError(f"too many indices: {consuming} for {list(dims)} of rank {len(dims)}")
-    if Ellipsis not in items:
+    if not n_ellipses:
         items = items + (Ellipsis,)
     taken, out, axis = [], [], 0
     for item in items:
