@@ -80,6 +80,15 @@ def slice_(a, x):
     ``x[start + i*step]`` for ``i`` below the output dim; ``stop`` is one step past the last
     index taken, or ``-n-1`` when that would be before index 0 (numpy's spelling of
     "through index 0"); an axis that keeps nothing is ``(0, 0, 1)``."""
+    ranges = _sliced_ranges(a, x)
+    bounds = [slice_bounds(r, n) for r, n in zip(ranges, x.dims)]
+    a.starts, a.stops, a.steps = (tuple(b[i] for b in bounds) for i in range(3))
+    a.axes = tuple(range(x.rank))
+    return x.with_dims(len(r) for r in ranges)
+
+
+def _sliced_ranges(a, x: Shape) -> list[range]:
+    """The indices the slice attributes ``a`` keep along each axis of ``x`` (after checking them)."""
     n_given = len(a.starts)
     steps = (1,) * n_given if a.steps is None else a.steps
     axes = tuple(range(n_given)) if a.axes is None else a.axes
@@ -96,12 +105,7 @@ def slice_(a, x):
     ranges = [range(n) for n in x.dims]
     for ax, start, stop, step in zip(axes, a.starts, a.stops, steps):
         ranges[ax] = range(*slice(start, stop, step).indices(x.dims[ax]))
-    bounds = [slice_bounds(r, n) for r, n in zip(ranges, x.dims)]
-    a.starts = tuple(b[0] for b in bounds)
-    a.stops = tuple(b[1] for b in bounds)
-    a.steps = tuple(b[2] for b in bounds)
-    a.axes = tuple(range(x.rank))
-    return x.with_dims(len(r) for r in ranges)
+    return ranges
 
 
 def slice_bounds(taken: range, n: int) -> tuple[int, int, int]:
@@ -164,8 +168,8 @@ def pad(a, x):
     A negative amount removes that many elements from that side; cropping happens first,
     padding then extends the cropped tensor. Modes (numpy.pad's, ONNX Pad's):
     ``constant`` fills with ``value`` (converted to x's dtype as ``cast`` does);
-    ``reflect`` mirrors without repeating the border (needs each pad <= size - 1);
-    ``edge`` repeats the border element (needs size >= 1)."""
+    ``reflect`` mirrors without repeating the border (each pad <= cropped size - 1);
+    ``edge`` repeats the border element (cropped size >= 1 when padding)."""
     if len(a.pads) != 2 * x.rank:
         raise ShapeError(f"pad needs (before, after) for each of the {x.rank} axes of {list(x.dims)}, "
                          f"got {len(a.pads)} numbers")

@@ -19,9 +19,9 @@ ORDERED = FLOATS | INTS | frozenset({DType.BOOL})  # dtypes with a total order (
 
 # kind -> (builder name, accepted dtypes, definition, the value of an empty reduction or None)
 REDUCTIONS: dict[str, tuple[str, frozenset, str, str | None]] = {
-    "reduce_sum": ("sum", NUMERIC, "the sum of the elements", "0"),
+    "reduce_sum": ("sum", NUMERIC, "the sum of the elements (integers wrap on overflow)", "0"),
     "reduce_mean": ("mean", FLOATS | COMPLEX, "the sum divided by the number of elements", "nan"),
-    "reduce_prod": ("prod", NUMERIC, "the product of the elements", "1"),
+    "reduce_prod": ("prod", NUMERIC, "the product of the elements (integers wrap on overflow)", "1"),
     "reduce_max": ("reduce_max", ORDERED,
                    "the largest element; nan if any element is nan; for bool: any", None),
     "reduce_min": ("reduce_min", ORDERED,
@@ -48,7 +48,7 @@ def _require_nonempty(kind: str, x: Shape, axes: tuple[int, ...]) -> None:
                          f"there is no largest or smallest element of nothing")
 
 
-def _declare_reduction(kind, dtypes, doc, empty):
+def _declare_reduction(kind, builder, dtypes, doc, empty):
     def rule(a, x):
         a.axes = normalize_axes(a.axes, x.rank)
         if empty is None:
@@ -56,15 +56,14 @@ def _declare_reduction(kind, dtypes, doc, empty):
         return x.with_dims(reduced_dims(x.dims, a.axes, a.keepdims))
     on_empty = (f"An empty reduction gives {empty}." if empty is not None else
                 "Reducing over an axis of size 0 is a ShapeError at build time.")
-    rule.__doc__ = (f"{kind}(x) over ``axes``: {doc}. Output dtype = input dtype; integers wrap on "
-                    f"overflow. ``axes=None`` reduces every axis (canonicalized to the explicit "
-                    f"sorted list), ``axes=()`` reduces none. {on_empty}")
-    builder = REDUCTIONS[kind][0]
+    rule.__doc__ = (f"{kind}(x) over ``axes``: {doc}. Output dtype = input dtype. ``axes=None`` "
+                    f"reduces every axis (canonicalized to the explicit sorted list), ``axes=()`` reduces "
+                    f"none. {on_empty}")
     op(kind, inputs="x", attrs=REDUCE_ATTRS, dtypes=dtypes, group="reduce", builder=builder)(rule)
 
 
-for _k, (_b, _d, _doc, _empty) in REDUCTIONS.items():
-    _declare_reduction(_k, _d, _doc, _empty)
+for _k, _spec in REDUCTIONS.items():
+    _declare_reduction(_k, *_spec)
 
 
 ARG_ATTRS = {"axis": Attr("int", -1, "axis to search"), "keepdims": Attr("bool", False, "keep it as size 1")}
