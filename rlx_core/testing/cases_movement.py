@@ -48,7 +48,8 @@ def _reshape_transpose_cases():
         yield Case(f"transpose/{name}", "transpose", F32, {"x": spec(dims, F32)},
                    lambda g, x, p=perm: g.transpose(x, p))
     yield Case("reshape/helpers", "reshape", F32, {"x": spec((1, 3, 1, 2), F32)},
-               lambda g, x: [g.squeeze(x), g.squeeze(x, -2), g.unsqueeze(x, (0, -1)), g.flatten(x, 1, 2), g.flatten(x)])
+               lambda g, x: [g.squeeze(x), g.squeeze(x, -2), g.unsqueeze(x, (0, -1)), g.flatten(x, 1, 2),
+                             g.flatten(x)])
 
 
 def _slice_cases():
@@ -100,7 +101,8 @@ def _pad_cases():
         yield Case(f"pad/{name}", "pad", F32, {"x": spec(dims, F32)},
                    lambda g, x, p=pads, m=mode: g.pad(x, p, m, value=-2.5))
     for dt in (DType.I32, DType.BOOL, DType.U8):  # the fill value converted as cast does
-        yield Case("pad/value-cast", "pad", dt, {"x": spec((2, 2), dt)}, lambda g, x: g.pad(x, [(1, 0), (0, 1)], value=7.9))
+        yield Case("pad/value-cast", "pad", dt, {"x": spec((2, 2), dt)},
+                   lambda g, x: g.pad(x, [(1, 0), (0, 1)], value=7.9))
 
 
 def _gather_scatter_cases():
@@ -124,7 +126,8 @@ def _gather_scatter_cases():
                {"d": spec((3, 2), F32), "i": indices(3, (0,)), "u": spec((0, 2), F32)},
                lambda g, d, i, u: g.scatter_add(d, i, u))
     yield Case("scatter_add/i8-wraps", "scatter_add", DType.I8,
-               {"d": spec((2, 3), "i8", "int", low=100, high=128), "i": spec((4,), "i32", "values", values=[1, 1, 0, 1]),
+               {"d": spec((2, 3), "i8", "int", low=100, high=128),
+                "i": spec((4,), "i32", "values", values=[1, 1, 0, 1]),
                 "u": spec((4, 3), "i8", "int", low=50, high=128)}, lambda g, d, i, u: g.scatter_add(d, i, u))
 
 

@@ -11,6 +11,8 @@ from ..ir.schema import get_schema
 from .cases import Case, spec
 
 F32 = DType.F32
+# nan, infinities and ties in one [2, 5] tensor
+SPECIALS = [[1, np.nan, 3, np.inf, np.nan], [np.inf, 2, -np.inf, 2, 0]]
 
 
 def _dtypes(kind):
@@ -82,8 +84,7 @@ def _arg_cases():
                                            ("rank1", (9,), 0, False), ("empty-kept[0,4]", (0, 4), 1, False)]:
             yield Case(f"{kind}/{name}", kind, F32, {"x": spec(dims, F32)},
                        lambda g, x, k=kind, a=axis, kd=keepdims: getattr(g, k)(x, a, kd))
-        yield Case(f"{kind}/nan", kind, F32, {"x": spec((2, 5), F32, "values",
-                                                         values=[[1, np.nan, 3, np.nan, 9], [np.inf, 2, -np.inf, 2, 0]])},
+        yield Case(f"{kind}/nan", kind, F32, {"x": spec((2, 5), F32, "values", values=SPECIALS)},
                    lambda g, x, k=kind: getattr(g, k)(x))
 
 
@@ -131,7 +132,7 @@ def _topk_cases():
         yield Case(f"topk/{name}", "topk", F32, {"x": spec(dims, F32)}, lambda g, x, k=k, a=axis: g.topk(x, k, a))
     for largest in (True, False):
         yield Case(f"topk/nan/largest{int(largest)}", "topk", F32,
-                   {"x": spec((2, 5), F32, "values", values=[[1, np.nan, 3, np.inf, 9], [np.nan, 2, -np.inf, 2, np.nan]])},
+                   {"x": spec((2, 5), F32, "values", values=SPECIALS)},
                    lambda g, x, lg=largest: g.topk(x, 3, largest=lg))
 
 

@@ -130,7 +130,8 @@ def test_gather_elements_matches_torch_gather(reference, torch):
     np.testing.assert_array_equal(reference(lambda g, x, i: g.gather_elements(x, i, 1), x, idx), want)
 
 
-@pytest.mark.parametrize("mode, torch_mode", [("reflect", "reflect"), ("edge", "replicate"), ("constant", "constant")])
+@pytest.mark.parametrize("mode, torch_mode", [("reflect", "reflect"), ("edge", "replicate"),
+                                              ("constant", "constant")])
 def test_pad_matches_torch(mode, torch_mode, reference, torch):
     x = data((2, 3, 5, 6))
     pads = [(0, 0), (0, 0), (1, 4), (3, 2)]
@@ -181,7 +182,8 @@ F = "f32"
 
 @pytest.mark.parametrize("build, shapes, error, match", [
     (lambda g, x: g.reshape(x, (-1, -1)), [((2, 3), F)], ShapeError, r"%1 reshape.*except one -1"),
-    (lambda g, x: g.reshape(x, (4, 2)), [((2, 3), F)], ShapeError, r"cannot reshape \[2, 3\] \(6 elements\) into \[4, 2\]"),
+    (lambda g, x: g.reshape(x, (4, 2)), [((2, 3), F)], ShapeError,
+     r"cannot reshape \[2, 3\] \(6 elements\) into \[4, 2\]"),
     (lambda g, x: g.reshape(x, (0, -1)), [((0, 3), F)], ShapeError, r"no size for -1 fits"),
     (lambda g, x: g.reshape(x, (4, -1)), [((2, 3), F)], ShapeError, r"no size for -1 fits"),
     (lambda g, x: g.transpose(x, (0, 0, 1)), [((2, 3, 4), F)], ShapeError, r"not a permutation"),
@@ -255,6 +257,12 @@ def test_attributes_are_canonicalized():
     assert g.pad(x, [(1, -1), (0, 0), (2, 3)]).node.attrs["pads"] == (1, -1, 0, 0, 2, 3)
     assert g.concat([x, x], -1).node.attrs["axis"] == 2
     assert [p.dims for p in g.split(x, [2, 3], -2)] == [(4, 2, 6), (4, 3, 6)]
+
+
+def test_value_methods_build_movement_nodes():
+    g, (x,) = _graph(((2, 3, 4), F))
+    assert x.T.node.attrs["perm"] == (2, 1, 0)
+    assert x.reshape(4, -1).dims == x.reshape((4, -1)).dims == (4, 6)
 
 
 @pytest.mark.parametrize("case", [c for c in all_cases() if get_schema(c.kind).group == "movement"],
