@@ -11,9 +11,9 @@ ALL_DTYPES = sorted(DType, key=lambda d: d.value)
 INDEX_DTYPES = (DType.I32, DType.I64)
 
 
-def indices(n: int, dims, dtype=DType.I32, nonnegative=False):
+def indices(n: int, dims, dtype=DType.I32):
     """Spec of valid indices into an axis of size ``n``: in [-n, n), negative ones included."""
-    return spec(dims, dtype, "int", low=0 if nonnegative else -n, high=n)
+    return spec(dims, dtype, "int", low=-n, high=n)
 
 
 def _every_dtype():

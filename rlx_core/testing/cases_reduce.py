@@ -19,7 +19,7 @@ def _dtypes(kind):
     return sorted(get_schema(kind).dtypes, key=lambda d: d.value)
 
 
-def ties(rng, dims, dt):
+def _ties(rng, dims, dt):
     """Small integers (in any dtype) so that equal values occur; bools for bool."""
     if dt.is_bool:
         return rng.random(dims) < 0.5
@@ -51,7 +51,7 @@ def _reduce(kind, axes, keepdims=False):
 
 def _reduction_cases():
     for kind, (_, _, _, empty) in REDUCTIONS.items():
-        gen = _near_one if kind == "reduce_prod" else (ties if kind in ("reduce_max", "reduce_min") else "normal")
+        gen = _near_one if kind == "reduce_prod" else (_ties if kind in ("reduce_max", "reduce_min") else "normal")
         for dt in _dtypes(kind):
             yield Case(f"{kind}[2,3,4]/axis1", kind, dt, {"x": spec((2, 3, 4), dt, gen)}, _reduce(kind, (1,)))
         variants = [("all", (2, 3, 4), None, False), ("axes0,-1/keepdims", (2, 3, 4), (0, -1), True),
@@ -78,7 +78,7 @@ def _reduction_cases():
 def _arg_cases():
     for kind in ("argmax", "argmin"):
         for dt in _dtypes(kind):
-            yield Case(f"{kind}[3,7]/ties", kind, dt, {"x": spec((3, 7), dt, ties)},
+            yield Case(f"{kind}[3,7]/ties", kind, dt, {"x": spec((3, 7), dt, _ties)},
                        lambda g, x, k=kind: getattr(g, k)(x))
         for name, dims, axis, keepdims in [("axis0", (4, 3, 2), 0, False), ("axis-2/keepdims", (4, 3, 2), -2, True),
                                            ("rank1", (9,), 0, False), ("empty-kept[0,4]", (0, 4), 1, False)]:
@@ -121,11 +121,11 @@ def _cumsum_cases():
 
 def _topk_cases():
     for dt in _dtypes("topk"):
-        yield Case("topk[3,8]/k3/ties", "topk", dt, {"x": spec((3, 8), dt, ties)}, lambda g, x: g.topk(x, 3))
+        yield Case("topk[3,8]/k3/ties", "topk", dt, {"x": spec((3, 8), dt, _ties)}, lambda g, x: g.topk(x, 3))
     for largest in (True, False):
         for is_sorted in (True, False):
             yield Case(f"topk/largest{int(largest)}-sorted{int(is_sorted)}/ties", "topk", F32,
-                       {"x": spec((4, 9), F32, ties)},
+                       {"x": spec((4, 9), F32, _ties)},
                        lambda g, x, lg=largest, s=is_sorted: g.topk(x, 4, largest=lg, sorted=s))
     variants = [("axis0", (6, 3), 2, 0), ("k0", (2, 5), 0, -1), ("k=n", (2, 5), 5, -1), ("rank1", (10,), 4, 0)]
     for name, dims, k, axis in variants:
