@@ -17,7 +17,7 @@ from ..node import Value
 from ..schema import Attr, op
 from ..shape import Shape, broadcast_dims, normalize_axis
 
-__all__ = ["rope_tables", "ATTENTION_MASKS", "ROPE_STYLES"]
+__all__ = ["rope_tables", "value_like", "expect_like", "ATTENTION_MASKS", "ROPE_STYLES"]
 
 ATTENTION_MASKS = ("none", "causal", "sliding", "custom", "bias")
 ROPE_STYLES = ("half", "interleaved")
@@ -28,7 +28,7 @@ _NORM_ATTRS = {
 }
 
 
-def _expect_like(kind: str, what: str, x: Shape, s: Shape, dims=None) -> None:
+def expect_like(kind: str, what: str, x: Shape, s: Shape, dims=None) -> None:
     """Input ``what`` must have ``x``'s dtype (and dims ``dims`` when given)."""
     if s.dtype is not x.dtype:
         raise DTypeError(f"{kind} {what} must have the input's dtype {x.dtype}, got {s.dtype}")
@@ -41,9 +41,9 @@ def _affine_norm(kind: str, a, x: Shape, gamma: Shape, beta: "Shape | None") -> 
     if a.eps < 0 or not math.isfinite(a.eps):
         raise OpAttributeError(f"{kind} eps must be a finite number >= 0, got {a.eps}")
     normalized = x.dims[a.axis:]
-    _expect_like(kind, "gamma", x, gamma, normalized)
+    expect_like(kind, "gamma", x, gamma, normalized)
     if beta is not None:
-        _expect_like(kind, "beta", x, beta, normalized)
+        expect_like(kind, "beta", x, beta, normalized)
     return x
 
 
@@ -91,8 +91,8 @@ def group_norm(a, x, gamma, beta):
                                f"got {a.num_groups}")
     if a.eps < 0 or not math.isfinite(a.eps):
         raise OpAttributeError(f"group_norm eps must be a finite number >= 0, got {a.eps}")
-    _expect_like("group_norm", "gamma", x, gamma, (c,))
-    _expect_like("group_norm", "beta", x, beta, (c,))
+    expect_like("group_norm", "gamma", x, gamma, (c,))
+    expect_like("group_norm", "beta", x, beta, (c,))
     return x
 
 
@@ -147,7 +147,7 @@ def _check_attention_shapes(q: Shape, k: Shape, v: Shape) -> None:
     for name, s in (("q", q), ("k", k), ("v", v)):
         if s.rank != 4:
             raise ShapeError(f"attention {name} must be [B, H, S, D] (rank 4), got {list(s.dims)}")
-        _expect_like("attention", name, q, s)
+        expect_like("attention", name, q, s)
     (b, hq, _, d), (bk, hkv, sk, dk), (bv, hv, sv, _) = q.dims, k.dims, v.dims
     if not (b == bk == bv):
         raise ShapeError(f"attention batch sizes differ: q {b}, k {bk}, v {bv}")
@@ -169,7 +169,7 @@ def _check_attention_mask_input(mode: str, q: Shape, k: Shape, mask: "Shape | No
     if mode == "custom" and mask.dtype is not DType.BOOL:
         raise DTypeError(f"attention custom mask must be bool (True = attend), got {mask.dtype}")
     if mode == "bias":
-        _expect_like("attention", "bias", q, mask)
+        expect_like("attention", "bias", q, mask)
     scores = q.dims[:3] + (k.dims[2],)
     if mask.rank > 4 or broadcast_dims(mask.dims, scores, what="attention mask and scores") != scores:
         raise ShapeError(f"attention {mode} mask {list(mask.dims)} does not broadcast to the scores "
@@ -202,8 +202,8 @@ def rope(a, x, cos, sin):
     if a.n_rot < 0 or a.n_rot > d or a.n_rot % 2:
         raise OpAttributeError(f"rope n_rot must be even and in [0, D={d}], got {a.n_rot}")
     table = (seq, a.n_rot // 2)
-    _expect_like("rope", "cos", x, cos, table)
-    _expect_like("rope", "sin", x, sin, table)
+    expect_like("rope", "cos", x, cos, table)
+    expect_like("rope", "sin", x, sin, table)
     return x
 
 
@@ -223,14 +223,16 @@ def rope_tables(seq: int, n_rot: int, theta: float = 10000.0, offset: int = 0,
     return np.cos(angles).astype(np_dtype), np.sin(angles).astype(np_dtype)
 
 
-class NnBuilders:
-    def _like(self, x, v):
-        """``v`` as a graph value: Values pass through, numbers/arrays take x's dtype."""
-        return self.as_value(v, None if isinstance(v, Value) else x.dtype)
+def value_like(graph, x: Value, v) -> Value:
+    """``v`` as a value of ``graph``: Values pass through, numbers/arrays become
+    constants of ``x``'s dtype (for auxiliary inputs such as gamma, cos, bias)."""
+    return graph.as_value(v, None if isinstance(v, Value) else x.dtype)
 
+
+class NnBuilders:
     def _norm(self, kind, x, gamma, beta, attrs, shape, name):
         x = self.as_value(x)
-        ins = [x, self._like(x, gamma)] + ([] if beta is None else [self._like(x, beta)])
+        ins = [x, value_like(self, x, gamma)] + ([] if beta is None else [value_like(self, x, beta)])
         return self.add_node(kind, ins, attrs, shape=shape, name=name)
 
     def layer_norm(self, x, gamma, beta=None, *, axis=-1, eps=1e-5, shape=None, name=None):
@@ -256,7 +258,7 @@ class NnBuilders:
             mode = mask
         else:
             mask = self.as_value(mask) if isinstance(mask, Value) or np.asarray(mask).dtype == bool \
-                else self._like(ins[0], mask)
+                else value_like(self, ins[0], mask)
             mode = "custom" if mask.dtype is DType.BOOL else "bias"
             ins.append(mask)
         attrs = {"mask": mode, "window": window, "scale": scale, "softcap": softcap}
@@ -265,5 +267,5 @@ class NnBuilders:
     def rope(self, x, cos, sin, *, style="half", n_rot=None, shape=None, name=None):
         """Rotary position embedding (see the ``rope`` op kind and ``rope_tables``)."""
         x = self.as_value(x)
-        return self.add_node("rope", (x, self._like(x, cos), self._like(x, sin)),
+        return self.add_node("rope", (x, value_like(self, x, cos), value_like(self, x, sin)),
                              {"style": style, "n_rot": n_rot}, shape=shape, name=name)
