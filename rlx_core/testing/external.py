@@ -41,7 +41,6 @@ def run_onnx_node(op_type: str, inputs: Sequence["np.ndarray | None"], attrs: di
                   *, opset: int, n_outputs: int = 1, domain: str = "") -> list[np.ndarray]:
     """Run one ONNX node on onnxruntime's CPU provider. ``None`` inputs are omitted
     optional inputs (passed as empty names, as ONNX spells them)."""
-    import onnx
     import onnxruntime as ort
     from onnx import helper
 
@@ -52,7 +51,7 @@ def run_onnx_node(op_type: str, inputs: Sequence["np.ndarray | None"], attrs: di
     graph = helper.make_graph(
         [node], f"{op_type}-check",
         [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in given],
-        [helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in outs])
+        [helper.make_empty_tensor_value_info(o) for o in outs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
