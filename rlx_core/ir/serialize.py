@@ -95,7 +95,7 @@ def _encode(kind: str, v: Any, for_hash: bool) -> Any:
     if kind == "dtype":
         return v.value
     if kind == "array":
-        arr = np.ascontiguousarray(v)
+        arr = np.asarray(v, order="C")  # (ascontiguousarray would turn rank 0 into [1])
         raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
         enc = {"dtype": DType.of(arr.dtype).value, "shape": list(arr.shape)}
         if for_hash:
