@@ -47,7 +47,7 @@ def _solve_cases():
     for dt in sorted(FLOATS | COMPLEX, **_by_name):
         shapes = _SOLVE_SHAPES if dt in (DType.F32, DType.C64) else _SOLVE_SHAPES[:2]
         for da, db in shapes:
-            yield Case(f"dense_solve{list(da)}\\{list(db)}", "dense_solve", dt,
+            yield Case(f"dense_solve{list(da)}|{list(db)}", "dense_solve", dt,
                        {"a": spec(da, dt, well_conditioned), "b": spec(db, dt)},
                        lambda g, a, b: g.dense_solve(a, b), tol=2)
 

@@ -78,6 +78,7 @@ def _attention_cases():
         ("sliding/w1", dict(), dict(mask="sliding", window=1)),
         ("sliding/w>sk", dict(), dict(mask="sliding", window=20, softcap=5.0)),
         ("empty-keys", dict(sk=0), dict()),
+        ("empty-head-dim", dict(d=0), dict(mask="causal")),  # scores 0: the mean of the visible values
         ("empty-batch", dict(b=0), dict(mask="causal")),
         ("long", dict(b=1, hq=2, hkv=2, sq=16, sk=64, d=32), dict(mask="causal")),
     ]
