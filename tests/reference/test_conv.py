@@ -30,7 +30,8 @@ def _t(a):
 
 def _onnx_geometry(attrs, spatial):
     """Our geometry attributes from an ONNX node's (whose strides default to 1)."""
-    return {"strides": tuple(attrs.get("strides", (1,) * spatial)), "pads": tuple(attrs.get("pads", (0,) * 2 * spatial)),
+    return {"strides": tuple(attrs.get("strides", (1,) * spatial)),
+            "pads": tuple(attrs.get("pads", (0,) * 2 * spatial)),
             "dilations": tuple(attrs.get("dilations", (1,) * spatial))}
 
 
@@ -236,7 +237,7 @@ def test_pool_errors_say_what_was_expected():
     x = g.input("x", (1, 2, 5, 5))
     with pytest.raises(OpAttributeError, match="mode must be one of max, avg, got 'sum'"):
         g.pool2d(x, "sum", 2)
-    with pytest.raises(OpAttributeError, match=r"pads \[2, 2, 2, 2\] must each be smaller than the dilated kernel \[2, 2\]"):
+    with pytest.raises(OpAttributeError, match=r"pads \[2, 2, 2, 2\] must each be smaller than the dilated kernel"):
         g.pool2d(x, "max", 2, pads=2)
     with pytest.raises(OpAttributeError, match="dilations apply to max pooling only"):
         g.pool2d(x, "avg", 2, dilations=2)

@@ -80,9 +80,9 @@ def test_matches_onnx_node_tests(op_type):
              and all(a is None or a.dtype in (np.float32, np.uint8, np.int8) for a in c.inputs + c.outputs)]
     assert len(cases) >= 2, [c.name for c in cases]
     for case in cases:
-        build = (lambda g, x, s, *z: g.quantize(x, s, *z, axis=case.attrs.get("axis", 1))) if op_type == "QuantizeLinear" \
-            else (lambda g, q, s, *z: g.dequantize(q, s, *z, axis=case.attrs.get("axis", 1)))
-        got = run_reference(build, *case.inputs)
+        method = "quantize" if op_type == "QuantizeLinear" else "dequantize"
+        got = run_reference(lambda g, x, s, *z: getattr(g, method)(x, s, *z, axis=case.attrs.get("axis", 1)),
+                            *case.inputs)
         np.testing.assert_array_equal(got, case.outputs[0], err_msg=case.name)
 
 
