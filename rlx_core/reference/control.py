@@ -2,8 +2,6 @@
 (the reference interpreter here; a backend's own executor when its context runs them)."""
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
 from .kernels import kernel
@@ -12,10 +10,8 @@ from .kernels import kernel
 def run_body(ctx, graph, args, iteration: int) -> list[np.ndarray]:
     """Run ``graph`` on ``args`` (cast to its declared input dtypes) under
     ``ctx.rng.fold_in(iteration)``, as the control ops define."""
-    sub = copy.copy(ctx)
-    sub.rng = ctx.rng.fold_in(iteration)
     args = [np.asarray(a).astype(n.attrs["dtype"].np, copy=False) for n, a in zip(graph.input_nodes, args)]
-    return list(sub.run_subgraph(graph, args))
+    return list(ctx.run_subgraph(graph, args, rng=ctx.rng.fold_in(iteration)))
 
 
 def _truth(flag: np.ndarray) -> bool:

@@ -23,6 +23,11 @@ def _counted(body, limit):
             lambda s, *vals: (*body(s, *vals[:-1]), s.add(vals[-1], 1)))
 
 
+def _outputs(scan_result):
+    """``(carry, ys)`` of a scan builder as one flat list of outputs."""
+    return [v for part in scan_result for v in (part if isinstance(part, tuple) else (part,))]
+
+
 def _if_cases():
     for dt in _OPERAND_DTYPES:
         yield Case(f"if/{dt.value}", "if", DType.BOOL, {"p": spec((), "bool"), "x": spec((2, 3), dt)},
@@ -63,17 +68,17 @@ def _scan_cases():
     f32 = DType.F32
     both = {"c": spec((3,), f32), "xs": spec((4, 3), f32)}
     yield Case("scan/reverse+two-ys", "scan", f32, both,
-               lambda g, c, xs: g.scan(lambda s, acc, x: (s.mul(acc, x), [s.add(acc, x), s.neg(x)]), c, xs,
-                                       reverse=True))
+               lambda g, c, xs: _outputs(g.scan(lambda s, acc, x: (s.mul(acc, x), [s.add(acc, x), s.neg(x)]),
+                                                c, xs, reverse=True)))
     yield Case("scan/map-no-carry", "scan", f32, {"xs": spec((6, 2), f32)},
                lambda g, xs: g.scan(lambda s, x: ((), s.tanh(x)), [], xs)[1])
     yield Case("scan/length0", "scan", f32, {"c": spec((3,), f32), "xs": spec((0, 3), f32)},
                lambda g, c, xs: g.scan(lambda s, acc, x: (s.add(acc, x), s.mul(acc, x)), c, xs))
     yield Case("scan/two-carries+two-xs", "scan", f32,
                {"a": spec((2,), f32), "b": spec((2,), "i32"), "u": spec((3, 2), f32), "v": spec((3, 2), "i32")},
-               lambda g, a, b, u, v: g.scan(
+               lambda g, a, b, u, v: _outputs(g.scan(
                    lambda s, ca, cb, ut, vt: ((s.add(ca, s.cast(vt, "f32")), s.add(cb, vt)), s.mul(ut, ca)),
-                   [a, b], [u, v]))
+                   [a, b], [u, v])))
     yield Case("scan/rng-per-step", "scan", f32, {"xs": spec((4, 2), f32)},
                lambda g, xs: g.scan(lambda s, x: ((), s.add(x, s.rng_uniform((2,)))), [], xs)[1], tol=0.0)
     inner = _counted(lambda s, v: (s.scan(lambda t, c, r: (t.add(c, r), t.mul(c, r)),
