@@ -45,6 +45,10 @@ def _rfft_cases():
     yield Case("stft[33]/rect", "rfft", DType.F64, {"x": spec((33,), "f64")}, lambda g, x: g.stft(x, 16, 16))
     yield Case("psd[3,10]", "rfft", f32, {"x": spec((3, 10), f32)}, lambda g, x: g.psd(x), tol=4)
     yield Case("psd[7,2]/axis0-f16", "rfft", DType.F16, {"x": spec((7, 2), "f16")}, lambda g, x: g.psd(x, axis=0))
+    yield Case("fft_conv1d[2,13]*[5]", "irfft", DType.C64, {"a": spec((2, 13), f32), "b": spec((5,), f32)},
+               lambda g, a, b: g.fft_conv1d(a, b), tol=4)
+    yield Case("fft_conv1d[6]*[6]/f64", "irfft", DType.C128, {"a": spec((6,), "f64"), "b": spec((6,), "f64")},
+               lambda g, a, b: g.fft_conv1d(a, b))
 
 
 def _frame_cases():

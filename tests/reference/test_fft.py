@@ -204,3 +204,31 @@ def test_build_errors_name_the_problem():
     with pytest.raises(OpAttributeError, match="non-zero sample spacing"):
         g.rfftfreq(4, 0.0)
     assert g.fft(r).dtype.value == "c64" and g.fft(g.input("d", (3,), "f64")).dtype.value == "c128"
+
+
+def test_fast_fft_length_is_scipys_next_fast_len():
+    from rlx_core.ir.ops.fft import fast_fft_length
+    assert [fast_fft_length(n) for n in range(1, 3000)] == [sfft.next_fast_len(n, real=True) for n in range(1, 3000)]
+
+
+@pytest.mark.parametrize("la,lb", [(1, 1), (5, 3), (3, 5), (17, 17), (100, 7), (64, 65)])
+def test_fft_conv1d_matches_np_convolve(la, lb):
+    a, b = RNG.standard_normal(la), RNG.standard_normal(lb)
+    np.testing.assert_allclose(_run(lambda g, x, y: g.fft_conv1d(x, y), a, b), np.convolve(a, b), atol=1e-12)
+    got = _run(lambda g, x, y: g.fft_conv1d(x, y), a.astype(np.float32), b.astype(np.float32))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, np.convolve(a, b), atol=2e-5 * max(la, lb))
+
+
+def test_fft_conv1d_broadcasts_leading_axes_like_fftconvolve():
+    signal = pytest.importorskip("scipy.signal")
+    a, b = RNG.standard_normal((4, 1, 30)), RNG.standard_normal((3, 9))
+    got = _run(lambda g, x, y: g.fft_conv1d(x, y), a, b)
+    assert got.shape == (4, 3, 38)
+    np.testing.assert_allclose(got, signal.fftconvolve(a, b[None], axes=-1), atol=1e-12)
+    f16 = _run(lambda g, x, y: g.fft_conv1d(x, y), a.astype(np.float16), b.astype(np.float16))
+    assert f16.dtype == np.float16
+    with pytest.raises(ShapeError, match="fft_conv1d needs real float signals"):
+        _run(lambda g, x, y: g.fft_conv1d(x, y), np.ones(3, np.int32), np.ones(2, np.int32))
+    with pytest.raises(ShapeError, match="non-empty last axes"):
+        _run(lambda g, x, y: g.fft_conv1d(x, y), np.ones((2, 0)), np.ones(2))

@@ -170,6 +170,37 @@ class FftBuilders:
             return self.div(power, count, name=name)
         return self.cast(self.div(power, count), x.dtype, name=name)
 
+    def fft_conv1d(self, a, b):
+        """Full linear convolution of real signals along the last axis, numpy's
+        ``np.convolve(a, b)``: ``y[k] = sum_j a[j] b[k - j]``, of length ``la + lb - 1``
+        (leading axes broadcast). Computed as ``irfft(rfft(a, N) * rfft(b, N), N)``
+        cropped to that length, with ``N = fast_fft_length(la + lb - 1)``; the result
+        has the operands' common float dtype."""
+        a, b = self.promote_operands(a, b)
+        if not a.dtype.is_float or a.rank == 0 or b.rank == 0 or 0 in (a.dims[-1], b.dims[-1]):
+            raise ShapeError(f"fft_conv1d needs real float signals of rank >= 1 with non-empty last axes, "
+                             f"got {a.shape} and {b.shape}")
+        length = a.dims[-1] + b.dims[-1] - 1
+        size = fast_fft_length(length)
+        full = self.irfft(self.mul(self.rfft(a, n=size), self.rfft(b, n=size)), n=size)
+        if size > length:
+            full = self.slice(full, [0], [length], axes=[-1])
+        return self.cast(full, a.dtype)
+
+
+def fast_fft_length(n: int) -> int:
+    """The smallest ``2**p * 3**q * 5**r >= n`` (``n >= 1``): a length every FFT
+    implementation transforms quickly (scipy's ``next_fast_len(n, real=True)``)."""
+    best = 1 << (n - 1).bit_length()
+    five = 1
+    while five < best:
+        odd = five  # runs over 3**q * 5**r
+        while odd < best:
+            best = min(best, odd << ((n - 1) // odd).bit_length())  # odd * the least power of 2 reaching n
+            odd *= 3
+        five *= 5
+    return best
+
 
 def _check_freq_args(what, n, d):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
