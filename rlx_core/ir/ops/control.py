@@ -29,7 +29,7 @@ def _fmt(shapes: Sequence[Shape]) -> str:
     return "(" + ", ".join(f"{list(s.dims)} {s.dtype}" for s in shapes) + ")"
 
 
-def check_subgraph(what: str, graph, operands: Sequence[Shape]) -> tuple[Shape, ...]:
+def _check_subgraph(what: str, graph, operands: Sequence[Shape]) -> tuple[Shape, ...]:
     """Check that ``graph`` takes exactly ``operands`` (by position) and has no params;
     return its output shapes. ``what`` names the subgraph in errors ("while body")."""
     if graph.param_nodes:
@@ -54,8 +54,8 @@ def if_(a, cond, *operands):
     dims and dtypes; only the chosen branch runs."""
     if cond.size != 1:
         raise ShapeError(f"if cond must hold exactly one bool, got dims {list(cond.dims)}")
-    then_out = check_subgraph("if then_branch", a.then_branch, operands)
-    else_out = check_subgraph("if else_branch", a.else_branch, operands)
+    then_out = _check_subgraph("if then_branch", a.then_branch, operands)
+    else_out = _check_subgraph("if else_branch", a.else_branch, operands)
     if then_out != else_out:
         raise ShapeError(f"if branches must return identical shapes: then_branch gives {_fmt(then_out)}, "
                          f"else_branch gives {_fmt(else_out)}")
@@ -76,10 +76,10 @@ def while_(a, *carried):
         raise ShapeError("while needs at least one carried value")
     if a.max_iterations is not None and a.max_iterations < 0:
         raise OpAttributeError(f"while max_iterations must be >= 0, got {a.max_iterations}")
-    cond_out = check_subgraph("while cond", a.cond, carried)
+    cond_out = _check_subgraph("while cond", a.cond, carried)
     if len(cond_out) != 1 or cond_out[0].dtype is not DType.BOOL or cond_out[0].size != 1:
         raise ShapeError(f"while cond must return one single-element bool, got {_fmt(cond_out)}")
-    body_out = check_subgraph("while body", a.body, carried)
+    body_out = _check_subgraph("while body", a.body, carried)
     if body_out != tuple(carried):
         raise ShapeError(f"while body must return the carried shapes {_fmt(carried)}, got {_fmt(body_out)}")
     return carried
@@ -106,7 +106,7 @@ def scan(a, *operands):
     if any(x.rank == 0 for x in xs) or len({x.dims[0] for x in xs}) != 1:
         raise ShapeError(f"scan xs must have rank >= 1 and one length along axis 0, got {_fmt(xs)}")
     steps = xs[0].dims[0]
-    out = check_subgraph("scan body", a.body, carry + tuple(Shape(x.dims[1:], x.dtype) for x in xs))
+    out = _check_subgraph("scan body", a.body, carry + tuple(Shape(x.dims[1:], x.dtype) for x in xs))
     if out[:nc] != tuple(carry):
         raise ShapeError(f"scan body must return the carry shapes {_fmt(carry)} first, got {_fmt(out)}")
     return carry + tuple(Shape((steps,) + y.dims, y.dtype) for y in out[nc:])
