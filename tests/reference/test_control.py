@@ -84,7 +84,8 @@ def test_while_matches_onnx_loop(trip_count):
     if trip_count is not None:
         inputs.insert(0, _vi("M", I64, []))
     for a_start, go in ((0.7, True), (3.0, True), (19.0, True), (1.0, False)):
-        feeds = {"c0": np.array(go), "a0": np.array(a_start, np.float32), "b0": RNG.standard_normal(3).astype(np.float32)}
+        feeds = {"c0": np.array(go), "a0": np.array(a_start, np.float32),
+                 "b0": RNG.standard_normal(3).astype(np.float32)}
         onnx_feeds = dict(feeds, **({} if trip_count is None else {"M": np.array(trip_count, np.int64)}))
         want = _ort([_loop_model(trip_count is not None)], inputs, [_vi("a", F, []), _vi("b", F, [3])], onnx_feeds)
         for got, exp in zip(_both(g, feeds), want):
@@ -95,7 +96,8 @@ def _scan_model(reverse):
     """ONNX Scan: state s [2], scan input x_t [2]; s' = s + x_t, y_t = s' * x_t."""
     body = helper.make_graph([helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
                               helper.make_node("Mul", ["s_out", "x_t"], ["y_t"])],
-                             "body", [_vi("s_in", F, [2]), _vi("x_t", F, [2])], [_vi("s_out", F, [2]), _vi("y_t", F, [2])])
+                             "body", [_vi("s_in", F, [2]), _vi("x_t", F, [2])],
+                             [_vi("s_out", F, [2]), _vi("y_t", F, [2])])
     direction = [1] if reverse else [0]
     return helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=body, num_scan_inputs=1,
                             scan_input_directions=direction, scan_output_directions=direction)
