@@ -125,8 +125,10 @@ class _StepContext(RefContext):
     def rng(self, value):  # RefContext's constructor assigns it; the executable owns it
         pass
 
-    def run_subgraph(self, graph: Graph, args):
+    def run_subgraph(self, graph: Graph, args, rng=None):
         sub = self._exe.subgraph(graph)
+        if rng is not None:
+            sub.rng = rng
         return sub.run({n.attrs["name"]: a for n, a in zip(graph.input_nodes, args)})
 
 
