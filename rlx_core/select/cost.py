@@ -25,16 +25,17 @@ For one run on device *d*::
 FLOPs per kind (``*`` = leading batch dims; shapes as the op's inputs give them):
 
 =====================================  =====================================================
-``matmul`` and fused variants          2 * out_elems * K                               (gemm)
+``matmul``                             2 * out_elems * K                               (gemm)
 ``conv``                               2 * out_elems * prod(weight dims[1:])           (gemm)
 ``conv_transpose2d``                   2 * x_elems * prod(weight dims[1:])             (gemm)
-``attention``                          4 * q_elems * Sk + 5 * scores (Sk = k dims[-2]) (gemm)
+``attention``                          scores * (2 D + 2 Dv + 5), scores = B Hq Sq Sk  (gemm)
 ``dense_solve``                        * (2/3 n^3 + 2 n^2 k)                           (gemm)
 ``fft``; ``rfft`` / ``irfft``          5 n log2 n per transform; half for the real ones
+``pool2d``                             out_elems * kernel window
 transcendental elementwise             8 per output element
-``softmax``; norms                     5; 8 per element
-``reduce_*``, ``cum*``                 1 per input element
-view kinds (``reshape``, ...)          0 flops, 0 bytes (a dispatch only)
+``softmax``; norms; ``rope``           5; 8; 6 per output element
+``reduce_*``, ``cum*``, ``arg*``       1 per input element
+view kinds (``reshape``, ``constant``) 0 flops, 0 bytes (a dispatch only)
 any other kind (documented default)    1 per output element, bytes read + written
 =====================================  =====================================================
 """
@@ -51,11 +52,10 @@ from ..ir.shape import Shape
 __all__ = ["NodeCost", "GraphCost", "DeviceFigures", "graph_cost", "estimate_ns", "node_flops", "GEMM_KINDS"]
 
 GEMM, VECTOR = "gemm", "vector"
-GEMM_KINDS = frozenset({"matmul", "fused_matmul_bias_act", "lora_matmul", "linear", "conv", "conv_transpose2d",
-                        "attention", "dense_solve", "batched_dense_solve"})
+GEMM_KINDS = frozenset({"matmul", "conv", "conv_transpose2d", "attention", "dense_solve"})
 TRANSCENDENTAL = frozenset({"exp", "log", "sin", "cos", "tan", "atan", "atan2", "tanh", "sigmoid", "erf", "gelu",
                             "gelu_tanh", "silu", "softplus", "pow", "sqrt", "rsqrt"})
-VIEW_KINDS = frozenset({"reshape", "squeeze", "unsqueeze", "expand_dims", "constant", "stop_gradient"})
+VIEW_KINDS = frozenset({"reshape", "constant"})
 # Kinds a fusing backend can merge with their neighbours (one kernel per chain).
 FUSIBLE_GROUPS = frozenset({"elementwise"})
 F64_GEMM_FACTOR = 0.5
@@ -165,10 +165,9 @@ def _conv_transpose(ins, outs, attrs):
 
 
 def _attention(ins, outs, attrs):
-    q, k = ins[0], ins[1]
-    sk = k.dims[-2] if k.rank >= 2 else 1
-    scores = q.size // max(q.dims[-1], 1) * sk
-    return 4.0 * q.size * sk + 5.0 * scores
+    q, k, v = ins[0], ins[1], ins[2]  # [B, Hq, Sq, D], [B, Hkv, Sk, D], [B, Hkv, Sk, Dv]
+    scores = math.prod(q.dims[:-1]) * k.dims[-2]
+    return scores * (2.0 * q.dims[-1] + 2.0 * v.dims[-1] + 5.0)
 
 
 def _dense_solve(ins, outs, attrs):
@@ -179,12 +178,20 @@ def _dense_solve(ins, outs, attrs):
     return batch * (2.0 / 3.0 * n ** 3 + 2.0 * n * n * k)
 
 
-def _fft(scale):
-    def rule(ins, outs, attrs):
-        x = ins[0]
-        n = max(x.dims[-1] if x.rank else 1, 2)
-        return scale * 5.0 * x.size * math.log2(n)
-    return rule
+def _fft(ins, outs, attrs):
+    n = attrs["n"]
+    return 5.0 * outs[0].size * math.log2(max(n, 2))
+
+
+def _real_fft(ins, outs, attrs):
+    """Half a complex transform of length n; transforms = out elements / out axis length."""
+    n, out = attrs["n"], outs[0]
+    transforms = out.size // max(out.dims[attrs["axis"]], 1)
+    return 2.5 * transforms * n * math.log2(max(n, 2))
+
+
+def _pool(ins, outs, attrs):
+    return float(outs[0].size * math.prod(attrs["kernel"]))
 
 
 def _per_out(per):
@@ -196,11 +203,10 @@ def _per_in(per):
 
 
 FLOP_RULES: dict[str, FlopRule] = {
-    "matmul": _matmul, "fused_matmul_bias_act": _matmul, "lora_matmul": _matmul, "linear": _matmul,
-    "conv": _conv, "conv_transpose2d": _conv_transpose, "attention": _attention,
-    "dense_solve": _dense_solve, "batched_dense_solve": _dense_solve,
-    "fft": _fft(1.0), "rfft": _fft(0.5), "irfft": _fft(0.5),
+    "matmul": _matmul, "conv": _conv, "conv_transpose2d": _conv_transpose, "attention": _attention,
+    "dense_solve": _dense_solve, "fft": _fft, "rfft": _real_fft, "irfft": _real_fft, "pool2d": _pool,
     "softmax": _per_out(5), "log_softmax": _per_out(5), "layer_norm": _per_out(8), "rms_norm": _per_out(8),
+    "group_norm": _per_out(8), "rope": _per_out(6),
     **{k: _per_out(8) for k in TRANSCENDENTAL},
 }
 

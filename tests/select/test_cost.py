@@ -28,8 +28,9 @@ def test_conv_and_transposed_conv_flops():
 
 
 def test_attention_flops_count_both_products_and_softmax():
-    q = k = v = S((2, 4, 16, 8))  # batch, heads, seq, head dim
-    assert node_flops("attention", [q, k, v], [q]) == 4 * q.size * 16 + 5 * (2 * 4 * 16 * 16)
+    q, k, v = S((2, 8, 16, 8)), S((2, 2, 32, 8)), S((2, 2, 32, 4))  # GQA: 8 query heads, 2 KV heads
+    scores = 2 * 8 * 16 * 32
+    assert node_flops("attention", [q, k, v], [S((2, 8, 16, 4))]) == scores * (2 * 8 + 2 * 4 + 5)
 
 
 def test_dense_solve_flops():
@@ -37,10 +38,19 @@ def test_dense_solve_flops():
     assert node_flops("dense_solve", [a, b], [b]) == pytest.approx(2 / 3 * 1000 + 2 * 100 * 3)
 
 
-def test_fft_flops_are_5_n_log_n():
-    x = S((4, 1024))
-    assert node_flops("fft", [x], [x]) == pytest.approx(5 * 4096 * 10)
-    assert node_flops("rfft", [x], [S((4, 1026))]) == pytest.approx(0.5 * 5 * 4096 * 10)
+def test_fft_flops_are_5_n_log_n_per_transform():
+    g = Graph("fft")
+    x = g.input("x", S((4, 1024), "f32"))
+    spectrum = g.rfft(x)
+    g.set_outputs([g.irfft(spectrum, n=1024), g.fft(g.cast(x, "c64"), n=2048)])
+    flops = {n.kind: n.flops for n in graph_cost(g).nodes}
+    assert flops["rfft"] == pytest.approx(4 * 2.5 * 1024 * 10)
+    assert flops["irfft"] == pytest.approx(4 * 2.5 * 1024 * 10)
+    assert flops["fft"] == pytest.approx(5 * 4 * 2048 * 11)
+
+
+def test_pool_counts_the_window():
+    assert node_flops("pool2d", [S((1, 2, 8, 8))], [S((1, 2, 4, 4))], {"kernel": (2, 2)}) == 32 * 4
 
 
 def test_other_kinds_use_documented_defaults():
