@@ -4,7 +4,7 @@ Over a sweep of graphs (``rlx_core.select.workloads.sweep()``: matmul 16..2048, 
 chains, residual and MLP blocks, two transformer blocks, two FFTs), on every device
 available here, this measures each viable device and checks whether the device the
 cost model picks (calibrated figures, no benchmarking) runs within 10% of the measured
-fastest. Target: >= 90% of graphs.
+fastest (best run of each device; see ``measure``). Target: >= 90% of graphs.
 
     python benchmarks/pick_accuracy.py                  # installed plugins only
     python benchmarks/pick_accuracy.py --torch          # + torch adapters (see below)
@@ -15,24 +15,34 @@ the cost model a choice before more plugins land, not plugins: they support only
 op kinds of the sweep, and check_node rejects what they do not implement.
 
 Results go to ``benchmarks/results/pick_accuracy.{md,json}`` (``--out`` to change).
+
+Thread pools are told to sleep when idle (``OMP_WAIT_POLICY=PASSIVE``, a short
+``OPENBLAS_THREAD_TIMEOUT``) unless the environment says otherwise: devices are timed
+back to back in one process, and a pool spinning after one device's run would steal
+the cores of the next.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import platform
-import sys
-import time
-from pathlib import Path
 
-import numpy as np
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from rlx_core import evaluate
-from rlx_core.runtime import Availability, Backend, BackendFactory, ExecutableGraph, hookimpl, register_device
-from rlx_core.runtime.registry import register_backends, registry
-from rlx_core.select import DevicePolicy, GraphDevices, calibrate, graph_cost, rank_devices
-from rlx_core.select.workloads import build, random_feeds, sweep
+import argparse  # noqa: E402  (the thread settings must precede numpy and torch)
+import json  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from rlx_core import evaluate  # noqa: E402
+from rlx_core.runtime import (Availability, Backend, BackendFactory, ExecutableGraph, hookimpl,  # noqa: E402
+                              register_device)
+from rlx_core.runtime.registry import register_backends, registry  # noqa: E402
+from rlx_core.select import DevicePolicy, GraphDevices, calibrate, graph_cost, rank_devices  # noqa: E402
+from rlx_core.select.workloads import build, random_feeds, sweep  # noqa: E402
 
 TOLERANCE = 0.10
 TARGET = 0.90
@@ -128,26 +138,33 @@ def ensure_cpu_plugin() -> None:
         register_backends(rlx_cpu.plugin)
 
 
-def measure(runner: GraphDevices, inputs, max_runs: int, budget_s: float) -> dict:
-    """Median ns per viable device: best of two interleaved rounds, runs sized to the budget."""
-    medians = {}
-    for _ in range(2):
+def measure(runner: GraphDevices, inputs, max_runs: int, budget_s: float, rounds: int = 3) -> dict:
+    """``{device: (best ns, median ns)}``: timed runs sized to the budget, in ``rounds``
+    interleaved rounds; the best run and the lowest round median count.
+
+    The pick is judged on the best run (as ``timeit`` advises): the cost model predicts an
+    undisturbed run from best-of calibration figures, and on a shared machine the
+    medians carry other processes' bursts, which land on devices unevenly."""
+    best: dict = {}
+    for _ in range(rounds):
         for dev in runner.devices():
             compiled = runner.compile(dev)
             t0 = time.perf_counter()
             compiled.run(inputs)
             first = time.perf_counter() - t0
-            runs = int(min(max_runs, max(3, budget_s / 2 / max(first, 1e-6))))
+            runs = int(min(max_runs, max(3, budget_s / rounds / max(first, 1e-6))))
             result = runner.benchmark(inputs, runs, devices=[dev])[0]
-            medians[dev] = min(medians.get(dev, float("inf")), result.median_ns)
-    return medians
+            low, median = best.get(dev, (float("inf"), float("inf")))
+            best[dev] = (min(low, result.min_ns), min(median, result.median_ns))
+    return best
 
 
 def check_outputs(runner: GraphDevices, graph, inputs, params) -> None:
     want = evaluate(graph, inputs, params)
     for dev in runner.devices():
         for got, ref in zip(runner.run(dev, inputs), want):
-            if not np.allclose(np.asarray(got), ref, rtol=2e-2, atol=2e-3):
+            scale = max(1.0, float(np.max(np.abs(ref))))  # f32 sums of 512+ terms differ by order
+            if not np.allclose(np.asarray(got), ref, rtol=1e-2, atol=1e-3 * scale):
                 raise SystemExit(f"{dev} gives wrong results on graph '{graph.name}': max error "
                                  f"{np.max(np.abs(np.asarray(got) - ref))}")
 
@@ -162,11 +179,13 @@ def run_sweep(specs, max_runs: int, budget_s: float) -> list[dict]:
         check_outputs(runner, graph, inputs, params)
         estimates = dict(rank_devices(graph, runner.devices(), runner.policy, calibrate=True))
         pick = runner.fastest()
-        measured = measure(runner, inputs, max_runs, budget_s)
+        timings = measure(runner, inputs, max_runs, budget_s)
+        measured = {d: t[0] for d, t in timings.items()}
         best = min(measured, key=measured.get)
         ratio = measured[pick] / measured[best]
         rows.append({"graph": spec, "nodes": len(graph), "gflop": graph_cost(graph).flops / 1e9,
-                     "devices": {str(d): {"estimate_ns": estimates[d], "measured_ns": measured[d]} for d in measured},
+                     "devices": {str(d): {"estimate_ns": estimates[d], "measured_ns": t[0], "median_ns": t[1]}
+                                 for d, t in timings.items()},
                      "pick": str(pick), "fastest": str(best), "pick_vs_fastest": ratio,
                      "within": ratio <= 1 + TOLERANCE})
         print(f"{spec:24s} pick {pick!s:6s} fastest {best!s:6s} ratio {ratio:5.2f} "
@@ -194,6 +213,7 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
              f"**{sum(r['within'] for r in rows)}/{len(rows)} graphs ({score:.0%})** ran on a device within "
              f"{TOLERANCE:.0%} of the measured fastest (target >= {TARGET:.0%}); "
              f"{len(contested)} graph(s) had more than one viable device.\n",
+             "Measured = best run over 3 interleaved rounds (medians are in the JSON).\n",
              "| graph | nodes | GFLOP | pick | fastest | pick/fastest | " + " | ".join(
                  f"{d} est / measured" for d in devices) + " |",
              "|---|---|---|---|---|---|" + "---|" * len(devices)]

@@ -129,7 +129,7 @@ def _setup_bench(p):
 
 def cmd_bench(args) -> int:
     """Time a graph on every viable device next to the cost model's estimate; optional plot."""
-    from .select import DevicePolicy, GraphDevices, parse_device_list
+    from .select import DevicePolicy, GraphDevices, estimate_device_ns, parse_device_list
     from .select.workloads import random_feeds, workload_names
     if args.list:
         for name, usage in workload_names().items():
@@ -143,7 +143,7 @@ def cmd_bench(args) -> int:
     runner.set_params(params)
     devices = list(parse_device_list(args.devices, "--devices")) if args.devices else None
     results = runner.benchmark(inputs, args.runs, devices)
-    estimates = _estimates(graph, [r.device for r in results])
+    estimates = {r.device: estimate_device_ns(graph, r.device) for r in results}
     if args.json:
         print(json.dumps([{"device": r.label, "median_ns": r.median_ns, "min_ns": r.min_ns, "runs": r.runs,
                            "compile_ns": r.compile_ns, "estimate_ns": estimates.get(r.device),
@@ -158,17 +158,6 @@ def cmd_bench(args) -> int:
         _plot(graph.name, results, estimates, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0 if any(r.ok for r in results) else 1
-
-
-def _estimates(graph, devices) -> dict:
-    from .select import estimate_device_ns
-    out = {}
-    for dev in devices:
-        try:
-            out[dev] = estimate_device_ns(graph, dev)
-        except Exception:  # a device the cost model cannot rate still gets timed
-            continue
-    return out
 
 
 def _plot(title: str, results, estimates: dict, path: str) -> None:

@@ -48,8 +48,8 @@ from ..runtime.options import CompileOptions
 from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
-           "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "report_progress", "progress_reporter", "clear_memo",
-           "FORMAT_VERSION"]
+           "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "report_progress",
+           "progress_reporter", "clear_memo", "FORMAT_VERSION"]
 
 log = logging.getLogger("rlx.select.calibration")
 FORMAT_VERSION = 1
@@ -88,6 +88,7 @@ class Calibration:
     dispatch_overhead_ns: float
     vector_gflops: float
     transfer_bw_gbps: float | None = None
+    kind_dispatch_ns: dict[str, float] = field(default_factory=dict)
     kind_ns_per_element: dict[str, list[float]] = field(default_factory=dict)
     kind_probe_sizes: tuple[int, int] = KIND_PROBE_SIZES
     plugin_version: str | None = None
@@ -98,8 +99,8 @@ class Calibration:
     def figures(self, fuses_elementwise: bool = False) -> DeviceFigures:
         return DeviceFigures(self.sgemm_gflops, self.memory_bw_gbps, self.roundtrip_overhead_ns,
                              self.dispatch_overhead_ns, self.vector_gflops, self.transfer_bw_gbps,
-                             fuses_elementwise, "calibrated", dict(self.kind_ns_per_element),
-                             tuple(self.kind_probe_sizes))
+                             fuses_elementwise, "calibrated", dict(self.kind_dispatch_ns),
+                             dict(self.kind_ns_per_element), tuple(self.kind_probe_sizes))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -117,10 +118,9 @@ class Calibration:
             _check_positive(name, data[name])
         if data.get("transfer_bw_gbps") is not None:
             _check_positive("transfer_bw_gbps", data["transfer_bw_gbps"])
-        kinds = data.get("kind_ns_per_element") or {}
-        if not isinstance(kinds, dict):
-            raise ValueError(f"kind_ns_per_element must be an object, got {type(kinds).__name__}")
-        for kind, values in kinds.items():
+        for kind, value in _table(data, "kind_dispatch_ns").items():
+            _check_positive(f"kind_dispatch_ns[{kind!r}]", value)
+        for kind, values in _table(data, "kind_ns_per_element").items():
             if not isinstance(values, list) or len(values) != 2:
                 raise ValueError(f"kind_ns_per_element[{kind!r}] must be [small, large], got {values!r}")
             for v in values:
@@ -133,7 +133,15 @@ class Calibration:
         return cls(**values)
 
 
-_OPTIONAL = {"transfer_bw_gbps", "kind_ns_per_element", "kind_probe_sizes", "plugin_version", "measured_s", "created", "format"}
+_OPTIONAL = {"transfer_bw_gbps", "kind_dispatch_ns", "kind_ns_per_element", "kind_probe_sizes", "plugin_version",
+             "measured_s", "created", "format"}
+
+
+def _table(data: dict, name: str) -> dict:
+    table = data.get(name) or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"{name} must be an object, got {type(table).__name__}")
+    return table
 
 
 def _check_positive(name: str, value) -> None:
@@ -301,6 +309,7 @@ def _measure_and_store(reg, entry, dev: Device) -> Calibration:
     try:
         calib = Calibration.from_dict({
             **{k: figures.get(k) for k in MEASURED_FIELDS}, "transfer_bw_gbps": figures.get("transfer_bw_gbps"),
+            "kind_dispatch_ns": figures.get("kind_dispatch_ns") or {},
             "kind_ns_per_element": figures.get("kind_ns_per_element") or {},
             "kind_probe_sizes": figures.get("kind_probe_sizes", KIND_PROBE_SIZES),
             "backend": entry.name, "device": str(dev), "device_id": f"{dev.label}{dev.index or ''}-{fingerprint}",
@@ -418,7 +427,8 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
     * ``vector_gflops``: a chain of 8 ``tanh`` on 1 MiB vectors (8 FLOPs per element);
     * ``sgemm_gflops``: a 512^3 f32 ``matmul`` (1024^3 if that was quick), unless the caller
       measured it; a backend without matmul gets its vector rate (it never runs a GEMM);
-    * ``kind_ns_per_element``: :func:`measure_kind_costs` with what is left of ``budget_s``
+    * ``kind_dispatch_ns``, ``kind_ns_per_element``: :func:`measure_kind_costs` with what is
+      left of ``budget_s``
       (the whole measurement stays near ``budget_s``: a loaded machine gets fewer kinds timed).
     """
     deadline = time.perf_counter() + budget_s
@@ -445,7 +455,8 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
         sgemm_gflops = _measure_sgemm(backend, device, fixed, deadline) or out["vector_gflops"]
     out["sgemm_gflops"] = sgemm_gflops
     out["transfer_bw_gbps"] = None
-    out["kind_ns_per_element"] = measure_kind_costs(backend, device, fixed, deadline, progress=(0.45, 1.0))
+    out["kind_dispatch_ns"], out["kind_ns_per_element"] = measure_kind_costs(
+        backend, device, out["roundtrip_overhead_ns"], deadline, progress=(0.45, 1.0))
     out["kind_probe_sizes"] = list(KIND_PROBE_SIZES)
     report_progress(1.0, "done")
     return out
@@ -470,57 +481,69 @@ def _measure_sgemm(backend: Backend, device: Device | None, fixed: float, deadli
     return best_rate
 
 
-def measure_kind_costs(backend: Backend, device: Device | None, fixed_ns: float, deadline: float,
+# Timed first, so that a calibration cut short by its budget still covers the usual models.
+COMMON_KINDS = ("matmul", "add", "mul", "sub", "div", "exp", "tanh", "gelu", "relu", "sigmoid", "silu", "softmax",
+                "layer_norm", "rms_norm", "attention", "transpose", "reduce_sum", "reduce_mean", "conv")
+# Tiny operands for kinds that do not take plain vectors.
+_TINY_SHAPES = {"matmul": [(1, 1), (1, 1)], "dense_solve": [(1, 1), (1, 1)], "attention": [(1, 1, 1, 1)] * 3,
+                "conv": [(1, 1, 1), (1, 1, 1)], "conv_transpose2d": [(1, 1, 1, 1), (1, 1, 1, 1)]}
+
+
+def measure_kind_costs(backend: Backend, device: Device | None, roundtrip_ns: float, deadline: float,
                        sizes: tuple[int, int] = KIND_PROBE_SIZES, progress: tuple[float, float] = (0.0, 1.0)
-                       ) -> dict[str, list[float]]:
-    """ns per element of each op kind ``backend`` runs that works on one or two f32 vectors
-    (elementwise, reductions, ...), at the two ``sizes`` (in cache, and out of most caches:
-    kernels that make temporaries slow down far more than linearly): one single-node graph
-    per kind and size, best of a few runs minus ``fixed_ns`` (roundtrip + one dispatch).
-    GEMM and view kinds are left to the other figures; kinds still left when ``deadline``
-    passes are skipped (their nodes fall back to the FLOP rates)."""
-    kinds = [k for k in sorted(backend.supported_ops()) if k not in GEMM_KINDS and k not in VIEW_KINDS]
+                       ) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """``(dispatch, per_element)`` for the op kinds ``backend`` runs, by timing one-node graphs.
+
+    * ``dispatch[kind]``: a node of ``kind`` on tiny inputs, minus the roundtrip: kernels
+      that prepare or check a lot cost more per call than a plain numpy ufunc.
+    * ``per_element[kind]``: for kinds that work on one or two f32 vectors (elementwise,
+      reductions, norms, ...), ns per element at the two ``sizes`` (in cache and out of
+      most caches: kernels that make temporaries slow down more than linearly), the tiny
+      run subtracted. GEMM kinds are left to ``sgemm_gflops``.
+
+    Kinds still left when ``deadline`` passes are skipped (:data:`COMMON_KINDS` go first):
+    their nodes use the generic dispatch figure and the FLOP rates.
+    """
+    supported = set(backend.supported_ops()) - VIEW_KINDS
+    kinds = [k for k in COMMON_KINDS if k in supported] + sorted(supported - set(COMMON_KINDS))
     rng = np.random.default_rng(0)
-    out: dict[str, list[float]] = {}
+    dispatch: dict[str, float] = {}
+    per_element: dict[str, list[float]] = {}
     for i, kind in enumerate(kinds):
         if time.perf_counter() > deadline:
-            log.info("calibration budget spent; %d op kind(s) left unmeasured", len(kinds) - i)
+            log.info("calibration budget spent; %d op kind(s) left untimed", len(kinds) - i)
             break
         report_progress(progress[0] + (progress[1] - progress[0]) * i / len(kinds), f"op {kind}")
-        small = _probe_kind(backend, device, kind, sizes[0], fixed_ns, rng)
-        large = _probe_kind(backend, device, kind, sizes[1], fixed_ns, rng) if small is not None else None
-        if large is not None:
-            out[kind] = [small, large]
-    return out
+        tiny = _best_time(backend, device, _single_node(kind, _TINY_SHAPES.get(kind)), rng)
+        if tiny is None:
+            continue
+        dispatch[kind] = max(tiny - roundtrip_ns, 1.0)
+        if kind in GEMM_KINDS:
+            continue
+        times = []
+        for n in sizes:
+            t = _best_time(backend, device, _single_node(kind, None, n), rng)
+            if t is None:
+                break
+            times.append(max(t - tiny, 1.0) / n)
+        if len(times) == len(sizes):
+            per_element[kind] = times
+    return dispatch, per_element
 
 
-def _probe_kind(backend, device, kind: str, n: int, fixed_ns: float, rng) -> float | None:
-    graph = _probe_graph(kind, n)
-    if graph is None:
-        return None
-    feeds = {k: (v + 0.5).astype(np.float32) for k, v in _feeds(graph, rng).items()}  # inside every domain
-    try:
-        compiled = _compile(backend, graph, device)
-        t0 = time.perf_counter_ns()
-        compiled.run(feeds)
-        first = time.perf_counter_ns() - t0
-        # A slow kernel's first run is a fair sample; a fast one gets a warm-up and the best of 3.
-        times = [first] if first > 20e6 else _timed_runs(compiled, feeds, 3)
-    except RlxError as e:
-        log.debug("no cost probe for %s: %s", kind, e)
-        return None
-    return max(min(times) - fixed_ns, 1.0) / max(s.size for s in _operands(graph))
-
-
-def _probe_graph(kind: str, n: int) -> Graph | None:
-    """One ``kind`` node on f32 [n] inputs with default attributes, or None if it cannot be built so."""
+def _single_node(kind: str, shapes: list | None, n: int = 1) -> Graph | None:
+    """One ``kind`` node with default attributes on f32 inputs of ``shapes`` (default: one or
+    two vectors of ``n``), or None if the kind cannot be built that way."""
     schema = get_schema(kind)
-    arity = schema.min_inputs
-    if arity not in (1, 2) or (schema.dtypes is not None and DType.F32 not in schema.dtypes):
+    if schema.dtypes is not None and DType.F32 not in schema.dtypes:
         return None
-    g = Graph(f"calib-{kind}")
+    if shapes is None:
+        if schema.min_inputs not in (1, 2):
+            return None
+        shapes = [(n,)] * schema.min_inputs
+    g = Graph(f"calib-{kind}-{n}")
     try:
-        xs = [g.input(f"x{i}", Shape((n,), "f32")) for i in range(arity)]
+        xs = [g.input(f"x{i}", Shape(dims, "f32")) for i, dims in enumerate(shapes)]
         outs = g.op(kind, *xs)
     except RlxError:
         return None
@@ -528,5 +551,19 @@ def _probe_graph(kind: str, n: int) -> Graph | None:
     return g
 
 
-def _operands(graph: Graph) -> list[Shape]:
-    return [s for node in graph.nodes for s in node.outputs]
+def _best_time(backend, device, graph: Graph | None, rng) -> float | None:
+    """Best run time of ``graph`` in ns (inputs in [0.5, 1.5): inside every op's domain)."""
+    if graph is None:
+        return None
+    feeds = {k: (v + 0.5).astype(np.float32) for k, v in _feeds(graph, rng).items()}
+    try:
+        compiled = _compile(backend, graph, device)
+        t0 = time.perf_counter_ns()
+        compiled.run(feeds)
+        first = time.perf_counter_ns() - t0
+    except RlxError as e:
+        log.debug("no cost probe for graph %s: %s", graph.name, e)
+        return None
+    # A slow kernel's first run is a fair sample; a fast one gets a warm-up and the best of 5
+    # (on a shared machine single samples catch other processes' bursts).
+    return float(first if first > 20e6 else min(_timed_runs(compiled, feeds, 5)))

@@ -7,15 +7,17 @@ record, measured by calibration or nominal (``calibration.py``).
 
 For one run on device *d*::
 
-    t = roundtrip_d + sum over executed nodes of [ dispatch_d + max(flops / rate_d(class),
-                                                                    bytes / memory_bw_d) ]
+    t = roundtrip_d + sum over executed nodes of [ dispatch_d(kind) + max(flops / rate_d(class),
+                                                                          bytes / memory_bw_d) ]
         + (graph input bytes + output bytes) / transfer_bw_d       (discrete devices only)
 
+* ``dispatch_d(kind)`` is the kind's own call overhead where calibration timed it (a
+  kernel that validates or prepares a lot costs more per call), else ``dispatch_overhead_ns``.
 * ``flops / rate`` is replaced by ``elements * ns_per_element`` when calibration timed that
   kind on this device (``elements`` = the largest operand's size; the per-element time is
   interpolated between the two probe sizes in log2 of the size): Python-hosted kernels
-  differ by 100x between kinds of equal FLOPs, and slow down out of cache. Otherwise ``rate(gemm)`` is
-  ``sgemm_gflops`` (halved for f64) and ``rate(vector)`` is ``vector_gflops``.
+  differ by 100x between kinds of equal FLOPs, and slow down out of cache. Otherwise
+  ``rate(gemm)`` is ``sgemm_gflops`` (halved for f64) and ``rate(vector)`` is ``vector_gflops``.
 * A node's bytes are what it reads plus what it writes, with real dtype sizes.
 * Backends that advertise ``fused_elementwise`` run an elementwise node whose only user is
   another elementwise node inside that user's kernel: it costs its flops, but no dispatch
@@ -120,8 +122,12 @@ class DeviceFigures:
     transfer_bw_gbps: float | None = None
     fuses_elementwise: bool = False
     source: str = "nominal"
+    kind_dispatch_ns: Mapping[str, float] = field(default_factory=dict)
     kind_ns_per_element: Mapping[str, Sequence[float]] = field(default_factory=dict)
     kind_probe_sizes: tuple[int, int] = (1, 2)
+
+    def dispatch_ns(self, kind: str) -> float:
+        return self.kind_dispatch_ns.get(kind, self.dispatch_overhead_ns)
 
     def compute_ns(self, node: NodeCost) -> float:
         timed = self.kind_ns_per_element.get(node.kind)
@@ -261,7 +267,7 @@ def estimate_ns(cost: GraphCost, figures: DeviceFigures) -> float:
         moved = sum(b for b, src in zip(n.in_bytes, n.inputs) if src not in fused)
         if n.node not in fused:
             moved += n.out_bytes
-            total += figures.dispatch_overhead_ns
+            total += figures.dispatch_ns(n.kind)
         total += max(figures.compute_ns(n), moved / figures.memory_bw_gbps)
     if figures.transfer_bw_gbps:
         total += (cost.input_bytes + cost.output_bytes) / figures.transfer_bw_gbps

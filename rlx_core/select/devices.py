@@ -262,16 +262,16 @@ def device_report(graph: Graph | None = None, policy: DevicePolicy | None = None
     estimates = dict(ranked)
     best = ranked[0][0] if ranked else None
     order = [d for d, _ in ranked] + [d for d in blockers if d not in estimates]
-    return [_row(d, blockers[d], graph, d == best, estimates.get(d), calibrate) for d in order]
+    return [_row(d, blockers[d], graph, d == best, estimates.get(d), calibrate, options) for d in order]
 
 
 def _row(dev: Device, block: Blocker | None, graph: Graph | None, recommended: bool, estimate: float | None,
-         calibrate: bool) -> DeviceCandidate:
+         calibrate: bool, options: CompileOptions | None) -> DeviceCandidate:
     entry = _entry(dev)
     kind = block.kind if block else None
     supports = None if graph is None or kind in (UNREGISTERED, UNAVAILABLE) else kind != UNSUPPORTED
     if kind == POLICY and graph is not None:  # still worth knowing whether it could run it
-        supports = _support_blocker(graph, dev, entry, DevicePolicy.all(), None) is None
+        supports = _support_blocker(graph, dev, entry, DevicePolicy.all(), options) is None
     caps, detail = (), ""
     if entry is not None:
         avail = entry.availability(full=False)
