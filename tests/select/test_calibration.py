@@ -43,6 +43,7 @@ def test_cpu_calibration_through_the_plugin_hook(tmp_path):
         assert data[name] > 0, name
     assert data["plugin_version"] == next(p.version for p in registry().plugins if p.name == "cpu")
     assert {"add", "tanh", "exp"} <= set(data["kind_ns_per_element"])
+    assert {"matmul", "add"} <= set(data["kind_dispatch_ns"])
     assert 10 < calib.sgemm_gflops < 1e5  # numpy BLAS on some CPU: GFLOP/s, not FLOP/s
     assert device_figures("cpu").source == "calibrated"
 
@@ -80,6 +81,8 @@ def _corrupt_cases():
         "nan figure": edit(sgemm_gflops=float("nan")),
         "string figure": edit(vector_gflops="fast"),
         "bad kind table": edit(kind_ns_per_element={"tanh": [1.0]}),
+        "bad dispatch table": edit(kind_dispatch_ns={"add": -1.0}),
+        "dispatch table not an object": edit(kind_dispatch_ns=[1.0]),
         "other host": edit(fingerprint="0123456789abcdef"),
         "old format": edit(format=0),
         "other plugin version": edit(plugin_version="9.9.9"),

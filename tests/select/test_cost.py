@@ -126,6 +126,14 @@ def test_timed_kinds_replace_flop_rates_and_interpolate_by_size():
     assert f.compute_ns(graph_cost(chain(512, 1)).nodes[0]) == 512 * 2.0
 
 
+def test_timed_dispatch_replaces_the_generic_one():
+    cost = graph_cost(chain(10, 2))
+    f = figures(memory_bw_gbps=1e9, vector_gflops=1e9)
+    assert estimate_ns(cost, f) == pytest.approx(1000 + 2 * 100, rel=1e-3)
+    timed = figures(memory_bw_gbps=1e9, vector_gflops=1e9, kind_dispatch_ns={"tanh": 2500.0, "exp": 1.0})
+    assert estimate_ns(cost, timed) == pytest.approx(1000 + 2 * 2500, rel=1e-3)
+
+
 def test_f64_gemm_is_half_rate():
     f = figures()
     assert f.rate("gemm", Shape((1,), "f64").dtype) == 50.0
