@@ -198,18 +198,20 @@ def measured_fmt(ns: float) -> str:
     return f"{ns / 1e6:.3g}ms" if ns >= 1e6 else f"{ns / 1e3:.3g}us"
 
 
-def write_results(rows: list[dict], calibrations: list[dict], out: Path, command: str) -> float:
+def write_results(rows: list[dict], calibrations: list[dict], out: Path, command: str, loads: list) -> float:
     score = sum(r["within"] for r in rows) / len(rows)
     contested = [r for r in rows if len(r["devices"]) > 1]
     devices = sorted({d for r in rows for d in r["devices"]})
     meta = {"command": command, "host": platform.node(), "platform": platform.platform(),
             "python": platform.python_version(), "cpus": os.cpu_count(), "devices": devices,
-            "tolerance": TOLERANCE, "target": TARGET, "graphs": len(rows), "contested_graphs": len(contested),
+            "load_avg_1min_start_end": loads, "tolerance": TOLERANCE, "target": TARGET, "graphs": len(rows),
+            "contested_graphs": len(contested),
             "pick_accuracy": score, "calibrations": calibrations}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     lines = [f"# Cost-model pick accuracy\n",
-             f"`{command}` on {meta['platform']}, {meta['cpus']} CPUs; devices: {', '.join(devices)}.\n",
+             f"`{command}` on {meta['platform']}, {meta['cpus']} CPUs (load average {loads[0]:.1f} at the "
+             f"start, {loads[1]:.1f} at the end); devices: {', '.join(devices)}.\n",
              f"**{sum(r['within'] for r in rows)}/{len(rows)} graphs ({score:.0%})** ran on a device within "
              f"{TOLERANCE:.0%} of the measured fastest (target >= {TARGET:.0%}); "
              f"{len(contested)} graph(s) had more than one viable device.\n",
@@ -223,11 +225,11 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
         lines.append(f"| {r['graph']} | {r['nodes']} | {r['gflop']:.3g} | {r['pick']} | {r['fastest']} | "
                      f"{r['pick_vs_fastest']:.2f}{'' if r['within'] else ' (miss)'} | " + " | ".join(cells) + " |")
     lines += ["", "Calibrated figures:", "", "| device | backend | sgemm GFLOP/s | vector GFLOP/s | memory GB/s | "
-              "roundtrip us | dispatch us | kinds timed |", "|---|---|---|---|---|---|---|---|"]
+              "roundtrip us | dispatch us | kinds timed | host load |", "|---|---|---|---|---|---|---|---|---|"]
     for c in calibrations:
         lines.append(f"| {c['device']} | {c['backend']} | {c['sgemm_gflops']:.1f} | {c['vector_gflops']:.1f} | "
                      f"{c['memory_bw_gbps']:.1f} | {c['roundtrip_overhead_ns'] / 1e3:.1f} | "
-                     f"{c['dispatch_overhead_ns'] / 1e3:.1f} | {len(c['kind_ns_per_element'])} |")
+                     f"{c['dispatch_overhead_ns'] / 1e3:.1f} | {len(c['kind_dispatch_ns'])} | {c['host_load']} |")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     return score
 
@@ -244,11 +246,13 @@ def main(argv=None) -> int:
     ensure_cpu_plugin()
     if args.torch:
         register_backends(TorchAdapters())
+    load_start = os.getloadavg()[0]
     devices = [d for d in registry().devices() if registry().is_available(d)]
     calibrations = [json.loads(calibrate(d, force=args.recalibrate).to_json()) for d in devices]
     specs = args.graphs.split(",") if args.graphs else sweep()
     rows = run_sweep(specs, args.runs, args.budget)
-    score = write_results(rows, calibrations, args.out, " ".join(["python"] + sys.argv))
+    score = write_results(rows, calibrations, args.out, " ".join(["python"] + sys.argv),
+                          [load_start, os.getloadavg()[0]])
     print(f"pick accuracy {score:.0%} over {len(rows)} graphs on {', '.join(map(str, devices))}; "
           f"results in {args.out}.md")
     return 0

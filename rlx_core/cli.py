@@ -105,10 +105,11 @@ def cmd_calibrate(args) -> int:
         from .select import calibration_path
         print(format_table(
             ["device", "backend", "sgemm GFLOP/s", "vector GFLOP/s", "memory GB/s", "roundtrip", "dispatch",
-             "transfer GB/s", "source"],
+             "transfer GB/s", "host load", "source"],
             [(c.device, c.backend, f"{c.sgemm_gflops:.1f}", f"{c.vector_gflops:.1f}", f"{c.memory_bw_gbps:.1f}",
               _duration(c.roundtrip_overhead_ns), _duration(c.dispatch_overhead_ns),
-              f"{c.transfer_bw_gbps:.1f}" if c.transfer_bw_gbps else "-", how) for c, how in results]))
+              f"{c.transfer_bw_gbps:.1f}" if c.transfer_bw_gbps else "-",
+              "-" if c.host_load is None else f"{c.host_load:.2f}", how) for c, how in results]))
         for c, _ in results:
             print(f"  {c.device}: {calibration_path(c.backend, c.device)}")
     if not devices:

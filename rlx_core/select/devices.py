@@ -178,7 +178,7 @@ def rank_devices(graph: Graph, devices: Iterable["Device | str"], policy: Device
                  calibrate: bool = False) -> list[tuple[Device, float]]:
     """``(device, estimated ns)`` fastest first. Estimates within TIE_TOLERANCE of the best
     remaining one are ties, broken by the policy's prefer order, then platform priority."""
-    policy = policy if policy is not None else DevicePolicy.all()
+    policy = policy if policy is not None else DevicePolicy.from_env()
     cost = graph_cost(graph)
     remaining = {parse_device(d): estimate_device_ns(cost, d, calibrate=calibrate) for d in devices}
     ranked = []
