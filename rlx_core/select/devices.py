@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Blocker", "DeviceCandidate", "available_devices", "is_available", "blocker_for", "devices_for",
            "rank_devices", "estimate_device_ns", "fastest_device_for", "resolve_device", "device_report",
-           "nothing_viable_error", "checked_hint", "TIE_TOLERANCE", "FULL", "CHEAP"]
+           "nothing_viable_error", "checked_hint", "requested_device", "TIE_TOLERANCE", "FULL",
+           "CHEAP"]
 
 log = logging.getLogger("rlx.select")
 TIE_TOLERANCE = 0.05
@@ -233,17 +234,22 @@ def resolve_device(graph: Graph, hint: "Device | str | None" = None, policy: Dev
 def checked_hint(graph: Graph, hint: "Device | str | None", policy: DevicePolicy,
                  options: CompileOptions | None = None) -> Device | None:
     """The explicit hint, else ``PREFIX_DEVICE``, validated against ``graph``; None if neither."""
-    if hint is not None:
-        dev, context = parse_device(hint), f"requested device '{hint}'"
-    else:
-        dev = policy.device_hint()
-        if dev is None:
-            return None
-        context = f"{policy.env_prefix}_DEVICE={dev}"
+    requested = requested_device(hint, policy)
+    if requested is None:
+        return None
+    dev, context = requested
     block = blocker_for(graph, dev, policy, FULL, options)
     if block is not None:
         raise block.error(dev, context)
     return dev
+
+
+def requested_device(hint: "Device | str | None", policy: DevicePolicy) -> tuple[Device, str] | None:
+    """``(device, where the request came from)`` for the explicit hint, else ``PREFIX_DEVICE``."""
+    if hint is not None:
+        return parse_device(hint), f"requested device '{hint}'"
+    dev = policy.device_hint()
+    return None if dev is None else (dev, f"{policy.env_prefix}_DEVICE={dev}")
 
 
 # --- the report ----------------------------------------------------------------------------

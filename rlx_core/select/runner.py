@@ -30,8 +30,8 @@ from ..runtime.device import Device, parse_device
 from ..runtime.options import CompileOptions
 from ..runtime.registry import registry
 from ..runtime.session import CompiledGraph, Outputs, _checked, _from_bytes, compile_graph
-from .devices import (FULL, Blocker, DeviceCandidate, blocker_for, checked_hint, device_report, devices_for,
-                      nothing_viable_error, rank_devices)
+from .devices import (FULL, Blocker, DeviceCandidate, blocker_for, device_report, devices_for, nothing_viable_error,
+                      rank_devices, requested_device)
 from .policy import DevicePolicy
 
 __all__ = ["GraphDevices", "DeviceBenchResult", "RunRecord", "benchmark_devices"]
@@ -150,9 +150,13 @@ class GraphDevices:
     def resolve(self, hint: "Device | str | None" = None, inputs: Mapping[str, Any] | None = None) -> Device:
         """hint -> ``PREFIX_DEVICE`` -> pick strategy. With a benchmark policy and ``inputs``,
         the first resolve benchmarks every device and keeps the winner; otherwise cost model."""
-        chosen = checked_hint(self.graph, hint, self._policy, self.options)
-        if chosen is not None:
-            return chosen
+        requested = requested_device(hint, self._policy)
+        if requested is not None:
+            dev, context = requested
+            block = self._blocker(dev)
+            if block is not None:
+                raise block.error(dev, context)
+            return dev
         if self._policy.benchmark_runs and inputs is not None:
             with self._pick_lock:
                 if self._benchmark_winner is None:
@@ -226,6 +230,7 @@ class GraphDevices:
             return slot.compiled
 
     def _blocker(self, dev: Device) -> Blocker | None:
+        """None for a device of a viable kind (cached: no probe per run), else why not."""
         if Device(dev.label) in self.devices():
             return None
         return blocker_for(self.graph, dev, self._policy, FULL, self.options)

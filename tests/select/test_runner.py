@@ -133,6 +133,11 @@ def test_run_resolved_and_fastest(runner, helpers, monkeypatch):
     assert runner.last_run.device == CPU
     monkeypatch.setenv("RLX_DEVICE", "cpu")
     assert runner.resolve() == CPU
+    monkeypatch.setenv("RLX_DEVICE", "metal")
+    with pytest.raises(DeviceUnavailableError, match=r"RLX_DEVICE=metal: device 'metal' cannot be used: unsupported"):
+        runner.run_resolved({"x": X})
+    with pytest.raises(DeviceUnavailableError, match=r"requested device 'cuda'.*no NVIDIA driver"):
+        runner.run_resolved({"x": X}, device="cuda")
 
 
 def test_benchmark_pick_runs_once_and_is_cached(fakes, helpers):
