@@ -19,19 +19,25 @@ Results go to ``benchmarks/results/pick_accuracy.{md,json}`` (``--out`` to chang
 Thread pools are told to sleep when idle (``OMP_WAIT_POLICY=PASSIVE``, a short
 ``OPENBLAS_THREAD_TIMEOUT``) unless the environment says otherwise: devices are timed
 back to back in one process, and a pool spinning after one device's run would steal
-the cores of the next.
+the cores of the next. ``--threads N`` caps every pool at N threads (set before numpy
+and torch load): on a host shared with other work, multi-threaded BLAS slows down
+erratically whenever one of its threads is descheduled, single threads evenly.
 """
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+if "--threads" in sys.argv[:-1]:
+    _threads = sys.argv[sys.argv.index("--threads") + 1]
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        os.environ[_var] = _threads
 
 import argparse  # noqa: E402  (the thread settings must precede numpy and torch)
 import json  # noqa: E402
 import platform  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -209,7 +215,7 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
             "pick_accuracy": score, "calibrations": calibrations}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    lines = [f"# Cost-model pick accuracy\n",
+    lines = ["# Cost-model pick accuracy\n",
              f"`{command}` on {meta['platform']}, {meta['cpus']} CPUs (load average {loads[0]:.1f} at the "
              f"start, {loads[1]:.1f} at the end); devices: {', '.join(devices)}.\n",
              f"**{sum(r['within'] for r in rows)}/{len(rows)} graphs ({score:.0%})** ran on a device within "
@@ -237,6 +243,7 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch", action="store_true", help="add the torch adapters (torch, and cuda if present)")
+    parser.add_argument("--threads", type=int, default=None, help="threads per BLAS/OpenMP pool (default: theirs)")
     parser.add_argument("--runs", type=int, default=15, help="most timed runs per device and round")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per device and graph")
     parser.add_argument("--recalibrate", action="store_true", help="measure every device again first")
@@ -245,6 +252,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     ensure_cpu_plugin()
     if args.torch:
+        if args.threads:
+            import torch
+            torch.set_num_threads(args.threads)
         register_backends(TorchAdapters())
     load_start = os.getloadavg()[0]
     devices = [d for d in registry().devices() if registry().is_available(d)]

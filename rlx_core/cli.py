@@ -37,6 +37,12 @@ def cmd_devices(args) -> int:
         return 0
     print(f"rlx-core {manifest.core_version} (python {manifest.python}, {manifest.platform}); "
           f"policy: {policy.describe()}")
+    _print_plugins(manifest)
+    _print_report(rows, args.all)
+    return 0
+
+
+def _print_plugins(manifest) -> None:
     print("plugins:")
     for p in manifest.plugins:
         served = ", ".join(sorted({b.device for b in p.backends})) or "-"
@@ -44,14 +50,17 @@ def cmd_devices(args) -> int:
         print(f"  {p.name:<10} {dist:<20} {p.status:<8} serves {served}" + (f"  ({p.error})" if p.error else ""))
     if not manifest.plugins:
         print("  none installed: pip install rlx-core[cpu]")
-    shown = [r for r in rows if r.registered or args.all]
+
+
+def _print_report(rows, show_all: bool) -> None:
+    shown = [r for r in rows if r.registered or show_all]
     print("\n" + format_table(
         ["device", "backend", "available", "blocker", "supports graph", "est. run", "figures", "pick",
          "capabilities"],
-        [(r.label, r.backend or "-", _yes(r.available), _BLOCKER_WORDS.get(r.blocker_kind, "-"), _yes(r.supports_graph),
-          _duration(r.estimate_ns), r.figures or "-", "*" if r.recommended else "", ",".join(r.capabilities) or "-")
-         for r in shown]))
-    hidden = [r.label for r in rows if not r.registered and not args.all]
+        [(r.label, r.backend or "-", _yes(r.available), _BLOCKER_WORDS.get(r.blocker_kind, "-"),
+          _yes(r.supports_graph), _duration(r.estimate_ns), r.figures or "-", "*" if r.recommended else "",
+          ",".join(r.capabilities) or "-") for r in shown]))
+    hidden = [r.label for r in rows if r not in shown]
     if hidden:
         print(f"\nnot installed (no plugin serves them; --all lists them): {', '.join(hidden)}")
     blocked = [r for r in shown if r.blocker]
@@ -59,7 +68,6 @@ def cmd_devices(args) -> int:
         print("\nblockers:")
         for r in blocked:
             print(f"  {r.label}: {r.blocker}\n      fix: {r.fix}")
-    return 0
 
 
 _BLOCKER_WORDS = {"unregistered": "not installed", "unavailable": "unavailable", "policy": "policy",
@@ -87,7 +95,7 @@ def cmd_calibrate(args) -> int:
     from .select import available_devices, calibrate, load_calibration, parse_device_list, progress_reporter
     devices = list(parse_device_list(args.devices, "rlx calibrate")) if args.devices else available_devices()
     results, failed = [], []
-    for i, dev in enumerate(devices):
+    for dev in devices:
         bar = ProgressBar(f"{dev}", sys.stderr)
         cached = None if args.force else load_calibration(dev)
         try:
@@ -133,7 +141,7 @@ def cmd_bench(args) -> int:
     from .select import DevicePolicy, GraphDevices, estimate_device_ns, parse_device_list
     from .select.workloads import random_feeds, workload_names
     if args.list:
-        for name, usage in workload_names().items():
+        for usage in workload_names().values():
             print(f"  {usage}")
         return 0
     if args.runs < 1:

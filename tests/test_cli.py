@@ -1,7 +1,6 @@
 """The rlx command: devices, calibrate, bench (demo is tested with the core)."""
 import json
 
-import numpy as np
 import pytest
 
 from rlx_core import Graph, Shape
