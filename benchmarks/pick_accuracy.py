@@ -214,7 +214,7 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
             "contested_graphs": len(contested),
             "pick_accuracy": score, "calibrations": calibrations}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    Path(f"{out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     lines = ["# Cost-model pick accuracy\n",
              f"`{command}` on {meta['platform']}, {meta['cpus']} CPUs (load average {loads[0]:.1f} at the "
              f"start, {loads[1]:.1f} at the end); devices: {', '.join(devices)}.\n",
@@ -236,7 +236,7 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
         lines.append(f"| {c['device']} | {c['backend']} | {c['sgemm_gflops']:.1f} | {c['vector_gflops']:.1f} | "
                      f"{c['memory_bw_gbps']:.1f} | {c['roundtrip_overhead_ns'] / 1e3:.1f} | "
                      f"{c['dispatch_overhead_ns'] / 1e3:.1f} | {len(c['kind_dispatch_ns'])} | {c['host_load']} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
     return score
 
 

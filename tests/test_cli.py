@@ -14,6 +14,7 @@ def clean(monkeypatch, tmp_path):
     for suffix in ("DEVICES", "DENY_DEVICES", "PREFER_DEVICES", "DEVICE", "DEVICE_CHAIN", "BENCHMARK_PICK"):
         monkeypatch.delenv(f"RLX_{suffix}", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLX_PLUGINS", "cpu")  # whatever else is installed here
     reset_registry()
     clear_memo()
     yield

@@ -9,7 +9,8 @@ identifies the measurement (backend, device, fingerprint, plugin version, format
 
 Files are written atomically (temporary file + rename). A file that does not parse,
 lacks a field, holds a non-positive figure, or was written for another format,
-fingerprint or plugin version is ignored and re-measured; a cache directory that cannot
+fingerprint, plugin version or thread settings (``OMP_NUM_THREADS`` ...) is ignored and
+re-measured; a cache directory that cannot
 be written only costs the cache (a warning), never the run.
 
 Measuring: the ``rlx_calibrate`` hook of the plugin serving the backend, if it answers;
@@ -49,7 +50,7 @@ from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
            "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "report_progress",
-           "progress_reporter", "clear_memo", "FORMAT_VERSION"]
+           "progress_reporter", "clear_memo", "probe_order", "thread_settings", "FORMAT_VERSION"]
 
 log = logging.getLogger("rlx.select.calibration")
 FORMAT_VERSION = 1
@@ -93,6 +94,7 @@ class Calibration:
     kind_probe_sizes: tuple[int, int] = KIND_PROBE_SIZES
     plugin_version: str | None = None
     host_load: float | None = None  # 1-minute load average per CPU when measured (> 1: busy host)
+    threads: dict[str, str] = field(default_factory=dict)  # thread_settings() when measured
     measured_s: float = 0.0
     created: float = 0.0
     format: int = FORMAT_VERSION
@@ -135,7 +137,7 @@ class Calibration:
 
 
 _OPTIONAL = {"transfer_bw_gbps", "kind_dispatch_ns", "kind_ns_per_element", "kind_probe_sizes", "plugin_version",
-             "host_load", "measured_s", "created", "format"}
+             "host_load", "threads", "measured_s", "created", "format"}
 
 
 def _table(data: dict, name: str) -> dict:
@@ -221,7 +223,8 @@ def _read_valid(path: Path, backend: str, device: Device, fingerprint: str, vers
     stale = [f"{what} {got!r} != {want!r}" for what, got, want in (
         ("format", calib.format, FORMAT_VERSION), ("backend", calib.backend, backend),
         ("device", calib.device, str(device)), ("fingerprint", calib.fingerprint, fingerprint),
-        ("plugin version", calib.plugin_version, version)) if got != want]
+        ("plugin version", calib.plugin_version, version), ("thread settings", calib.threads, thread_settings()))
+        if got != want]
     if stale:
         log.info("calibration cache %s is stale (%s); re-measuring", path, "; ".join(stale))
         return None
@@ -245,6 +248,17 @@ def _write_atomic(path: Path, text: str) -> bool:
         log.warning("could not write calibration cache %s: %s (figures kept for this process only)", path, e)
         return False
     return True
+
+
+# Environment variables that size the thread pools kernels run on: figures measured under
+# other settings are stale.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS")
+
+
+def thread_settings() -> dict[str, str]:
+    """The :data:`THREAD_VARS` that are set, with their values."""
+    return {name: os.environ[name] for name in THREAD_VARS if name in os.environ}
 
 
 def _plugin_version(plugin: str) -> str | None:
@@ -326,6 +340,7 @@ def _measure_and_store(reg, entry, dev: Device) -> Calibration:
             "kind_probe_sizes": figures.get("kind_probe_sizes", KIND_PROBE_SIZES),
             "backend": entry.name, "device": str(dev), "device_id": f"{dev.label}{dev.index or ''}-{fingerprint}",
             "fingerprint": fingerprint, "plugin_version": _plugin_version(entry.plugin), "host_load": load,
+            "threads": thread_settings(),
             "measured_s": round(time.perf_counter() - start, 3), "created": time.time()})
     except (ValueError, TypeError, AttributeError) as e:
         raise PluginError(f"calibration of backend '{entry.name}' (plugin '{entry.plugin}') returned bad figures: "
@@ -501,6 +516,12 @@ _TINY_SHAPES = {"matmul": [(1, 1), (1, 1)], "dense_solve": [(1, 1), (1, 1)], "at
                 "conv": [(1, 1, 1), (1, 1, 1)], "conv_transpose2d": [(1, 1, 1, 1), (1, 1, 1, 1)]}
 
 
+def probe_order(kinds) -> list[str]:
+    """The order op kinds are timed in: :data:`COMMON_KINDS` first, then alphabetical."""
+    supported = set(kinds) - VIEW_KINDS
+    return [k for k in COMMON_KINDS if k in supported] + sorted(supported - set(COMMON_KINDS))
+
+
 def measure_kind_costs(backend: Backend, device: Device | None, roundtrip_ns: float, deadline: float,
                        sizes: tuple[int, int] = KIND_PROBE_SIZES, progress: tuple[float, float] = (0.0, 1.0)
                        ) -> tuple[dict[str, float], dict[str, list[float]]]:
@@ -516,8 +537,7 @@ def measure_kind_costs(backend: Backend, device: Device | None, roundtrip_ns: fl
     Kinds still left when ``deadline`` passes are skipped (:data:`COMMON_KINDS` go first):
     their nodes use the generic dispatch figure and the FLOP rates.
     """
-    supported = set(backend.supported_ops()) - VIEW_KINDS
-    kinds = [k for k in COMMON_KINDS if k in supported] + sorted(supported - set(COMMON_KINDS))
+    kinds = probe_order(backend.supported_ops())
     rng = np.random.default_rng(0)
     dispatch: dict[str, float] = {}
     per_element: dict[str, list[float]] = {}

@@ -8,7 +8,7 @@ from rlx_core.hw import (GpuTelemetryProvider, GpuThermal, ThermalDriverError, T
                          ThermalRangeError, ThermalUnavailableError, ThermalUnsupportedError, all_gpu_thermal,
                          device_thermal, device_thermal_count, power_cap_range, register_telemetry_provider,
                          reset_fan, reset_locked_clocks, set_fan_percent, set_locked_clocks, set_power_cap,
-                         unregister_telemetry_provider)
+                         telemetry_providers, unregister_telemetry_provider)
 
 
 class FakeNvml(GpuTelemetryProvider):
@@ -53,13 +53,25 @@ class BrokenRocm(GpuTelemetryProvider):
         raise AssertionError("never reached: count() failed")
 
 
+@pytest.fixture(autouse=True)
+def own_providers():
+    """Only this module's providers during a test; the installed plugins' ones (which
+    register when the registry loads them) come back afterwards."""
+    saved = telemetry_providers()
+    for label in saved:
+        unregister_telemetry_provider(label)
+    yield
+    for label in telemetry_providers():
+        unregister_telemetry_provider(label)
+    for provider in saved.values():
+        register_telemetry_provider(provider)
+
+
 @pytest.fixture
 def nvml():
     provider = FakeNvml()
     register_telemetry_provider(provider)
-    yield provider
-    unregister_telemetry_provider("cuda")
-    unregister_telemetry_provider("rocm")
+    return provider
 
 
 def test_readings_keep_unreported_sensors_as_none(nvml):

@@ -5,8 +5,8 @@
 * ``rocm`` (``fake-rocm``): compiles, then raises at run time ("device lost").
 * ``metal`` (``fake-metal``): runs only ``add`` and ``mul``.
 
-Each test gets a fresh registry, an empty calibration cache directory and no policy
-variables from the outer environment.
+Each test gets a fresh registry holding the CPU plugin and these fakes only, an empty
+calibration cache directory and no policy variables from the outer environment.
 """
 import json
 import time
@@ -85,9 +85,13 @@ class FakePlugin:
 
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch, tmp_path):
-    """No outer RLX_* policy variables; calibration cache in a temporary directory."""
+    """No outer RLX_* policy variables; of the installed plugins only the CPU one (the fakes
+    stand in for the rest, whatever this machine has installed); calibration cache in a
+    temporary directory."""
     for suffix in POLICY_VARS:
         monkeypatch.delenv(f"RLX_{suffix}", raising=False)
+    monkeypatch.setenv("RLX_PLUGINS", "cpu")
+    monkeypatch.delenv("RLX_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     reset_registry()
     clear_memo()
