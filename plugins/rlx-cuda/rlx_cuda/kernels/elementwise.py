@@ -35,6 +35,9 @@ class Access:
     offset: int
     strides: tuple[int, ...]
 
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", DType.of(self.dtype))
+
 
 @dataclass(frozen=True)
 class FusedOp:
@@ -44,6 +47,9 @@ class FusedOp:
     args: tuple[int, ...]
     dtype: DType
     attrs: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", DType.of(self.dtype))
 
     def attr(self, name, default=None):
         return dict(self.attrs).get(name, default)

@@ -133,7 +133,11 @@ class ReduceKernel:
         head = [f"#define RLX_ACC {red.acc}", f"RLX_D RLX_ACC rlx_combine(RLX_ACC a, RLX_ACC b) {{ {red.combine} }}"]
         load = f"{dt.load_from('in[base + roff]')}"
         inner = _decompose("r", rd, rs, idx, off, "roff")
-        out_expr = dt.to_store(red.final.replace("count", f"{self.n_red}"))
+        final = red.final.replace("count", f"{self.n_red}")
+        if self.kind == "reduce_mean" and self.n_red == 0:  # 0 / 0, written without dividing by a literal 0
+            nan = f"rlx_nan(({device_type(self.dtype.real).compute})0)"
+            final = f"rlx_cplx({nan}, {nan})" if self.dtype.is_complex else nan
+        out_expr = dt.to_store(final)
         if self.block_per_output:
             body = [f"  __shared__ RLX_ACC sh[{block}];",
                     f"  for ({idx} o = blockIdx.x; o < {self.n_out}u; o += gridDim.x) {{",
