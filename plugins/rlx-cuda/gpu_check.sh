@@ -6,7 +6,7 @@
 # 3. runs the CUDA tests, then the conformance suite on "cuda" (-x --maxfail=20 -q);
 # 4. runs benchmarks/cuda_bench.py.
 # Everything lands in $OUT (logs, junit xml, benchmark json/md) and benchmarks/results/.
-# Budget: tests <= 5 min, benchmarks <= 2.5 min (each step has a hard timeout).
+# Budget (hard timeouts): cuda tests 2 min, conformance 3 min, benchmarks 2.5 min (each step has a hard timeout).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu_check_out}"
@@ -40,13 +40,13 @@ XDIST=""
 $PY -c "import xdist" 2>/dev/null && XDIST="-n 8"
 
 section "cuda plugin tests"
-timeout 150 $PY -m pytest plugins/rlx-cuda/tests -q -x --maxfail=20 --tb=short -rfE -p no:randomly \
+timeout 120 $PY -m pytest plugins/rlx-cuda/tests -q -x --maxfail=20 --tb=short -rfE -p no:randomly \
   --ignore=plugins/rlx-cuda/tests/test_conformance.py $XDIST --junitxml="$OUT/cuda_tests.xml" \
   2>&1 | tee "$OUT/cuda_tests.log" | grep -v -E '^[.sx]+ *\[' | tail -60
 echo "cuda tests exit: ${PIPESTATUS[0]}"
 
 section "conformance suite on cuda"
-timeout 200 $PY -m pytest plugins/rlx-cuda/tests/test_conformance.py -x --maxfail=20 -q --tb=short -rfE $XDIST \
+timeout 180 $PY -m pytest plugins/rlx-cuda/tests/test_conformance.py -x --maxfail=20 -q --tb=short -rfE $XDIST \
   --junitxml="$OUT/conformance.xml" 2>&1 | tee "$OUT/conformance.log" | grep -v -E '^[.sx]+ *\[' | tail -80
 echo "conformance exit: ${PIPESTATUS[0]}"
 $PY - "$OUT/conformance.xml" <<'PY' 2>/dev/null
@@ -63,7 +63,7 @@ print("failures by kind:", dict(kinds))
 PY
 
 section benchmarks
-timeout 170 $PY benchmarks/cuda_bench.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
+timeout 150 $PY benchmarks/cuda_bench.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -60
 echo "bench exit: ${PIPESTATUS[0]}"
 cp -f "$OUT"/cuda_bench.json "$OUT"/cuda_bench.md benchmarks/results/ 2>/dev/null
 section done
