@@ -201,7 +201,7 @@ def _literal(value: float, dtype: DType) -> str:
     v = cast_array(np.asarray(value, np.float64), dtype)
     if dtype.is_complex:
         part = device_type(dtype.real).compute
-        return f"rlx_cplx(({part}){float(v.real)!r}, ({part})0)"
+        return f"rlx_cplx({_literal(value, dtype.real)}, ({part})0)"
     if dtype.is_bool:
         return "true" if bool(v) else "false"
     if dtype.is_int:
