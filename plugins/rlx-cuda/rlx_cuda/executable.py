@@ -219,7 +219,7 @@ class CudaExecutable(ExecutableGraph):
         """Copy a host (numpy) or device (DLPack) array into ``view`` without a host round trip."""
         cp = self.cp
         if isinstance(value, np.ndarray):
-            view.set(np.ascontiguousarray(value).view(view.dtype))
+            view.set(np.asarray(value, order="C").view(view.dtype))  # (0-d stays 0-d)
             return
         src = _from_dlpack(cp, value, view.dtype)
         if src.shape != view.shape:

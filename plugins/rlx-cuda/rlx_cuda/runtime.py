@@ -9,6 +9,8 @@ that move memory.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 
@@ -50,17 +52,13 @@ class Runtime:
 
     def __init__(self, index: int = 0):
         self.cp = import_cupy()
-        from cupy_backends.cuda.libs import cublas
-        self.cublas = cublas
         self.index = index
         self.device = self.cp.cuda.Device(index)
         with self.device:
             self.props = self.cp.cuda.runtime.getDeviceProperties(index)
-            self.cublas_handle = cublas.create()
             # A workspace of our own keeps cuBLAS from allocating during graph capture.
             self._workspace = self.cp.cuda.alloc(32 << 20)
-            if hasattr(cublas, "setWorkspace"):
-                cublas.setWorkspace(self.cublas_handle, self._workspace.ptr, 32 << 20)
+            self.cublas = Cublas(self._workspace.ptr, 32 << 20)
         self._kernels: dict[str, object] = {}
         self._kernel_lock = threading.Lock()
 
@@ -97,8 +95,54 @@ class Runtime:
             self.cp.cuda.runtime.memsetAsync(dst, value, nbytes, stream.ptr)
 
     def gemm(self, g, a: int, b: int, c: int, alpha: np.ndarray, beta: np.ndarray) -> None:
-        """One ``cublasGemmStridedBatchedEx`` (on CuPy's current stream)."""
-        self.cublas.gemmStridedBatchedEx(
-            self.cublas_handle, g.transa, g.transb, g.m, g.n, g.k, alpha.ctypes.data,
-            a, g.data_types[0], g.lda, g.stride_a, b, g.data_types[1], g.ldb, g.stride_b,
-            beta.ctypes.data, c, g.data_types[2], g.ldc, g.stride_c, g.batch, g.compute, _GEMM_DEFAULT_ALGO)
+        """One ``cublasGemmStridedBatchedEx`` on CuPy's current stream."""
+        self.cublas.gemm_strided_batched(self.cp.cuda.get_current_stream().ptr, g, a, b, c,
+                                         alpha.ctypes.data, beta.ctypes.data)
+
+
+class Cublas:
+    """cuBLAS called through ctypes on a handle of our own.
+
+    CuPy's bindings refuse every cuBLAS call while a stream is capturing ("calling cuBLAS
+    API during stream capture is currently unsupported", cupy/cupy#6290), although cuBLAS
+    itself supports capture when the handle has a user workspace (so it never allocates)
+    and scalars are host values (baked into the graph). This class does exactly that; the
+    library is the one CuPy already loaded into the process.
+    """
+
+    def __init__(self, workspace: int, workspace_bytes: int):
+        import cupy_backends.cuda.libs.cublas  # noqa: F401  (loads libcublas into the process)
+        self.lib = ctypes.CDLL(_loaded_library("libcublas.so") or ctypes.util.find_library("cublas"))
+        v, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        self.lib.cublasGemmStridedBatchedEx.argtypes = [
+            v, i, i, i, i, i, v, v, i, i, ll, v, i, i, ll, v, v, i, i, ll, i, i, i]
+        self.lib.cublasSetStream_v2.argtypes = [v, v]
+        self.lib.cublasSetWorkspace_v2.argtypes = [v, v, ctypes.c_size_t]
+        self.handle = v()
+        self._check("cublasCreate_v2", self.lib.cublasCreate_v2(ctypes.byref(self.handle)))
+        self._check("cublasSetWorkspace_v2", self.lib.cublasSetWorkspace_v2(self.handle, workspace, workspace_bytes))
+
+    def gemm_strided_batched(self, stream: int, g, a: int, b: int, c: int, alpha: int, beta: int) -> None:
+        self._check("cublasSetStream_v2", self.lib.cublasSetStream_v2(self.handle, stream))
+        self._check("cublasGemmStridedBatchedEx", self.lib.cublasGemmStridedBatchedEx(
+            self.handle, g.transa, g.transb, g.m, g.n, g.k, alpha, a, g.data_types[0], g.lda, g.stride_a,
+            b, g.data_types[1], g.ldb, g.stride_b, beta, c, g.data_types[2], g.ldc, g.stride_c, g.batch,
+            g.compute, _GEMM_DEFAULT_ALGO))
+
+    @staticmethod
+    def _check(what: str, status: int) -> None:
+        if status:
+            raise RuntimeError(f"{what} failed with cuBLAS status {status}")
+
+
+def _loaded_library(stem: str) -> str | None:
+    """The path of a shared library already mapped into this process (``stem`` = file prefix)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rsplit(" ", 1)[-1].strip()
+                if os.path.basename(path).startswith(stem):
+                    return path
+    except OSError:
+        pass
+    return None

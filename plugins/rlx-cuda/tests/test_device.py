@@ -2,7 +2,7 @@
 CUDA graph capture, DLPack in and out (CuPy and torch), Philox bits equal to the CPU's."""
 import numpy as np
 import pytest
-from rlx_core import CompileOptions, Graph, RngOptions, Session
+from rlx_core import CompileOptions, DType, Graph, RngOptions, Session
 from rlx_core.rng import philox_normal, philox_uniform, combine_seed
 
 from rlx_cuda.probe import probe
@@ -28,9 +28,9 @@ def _compiled(g, **backend):
 
 
 def _data(dtype="f32"):
-    rng = np.random.default_rng(0)
-    return (rng.standard_normal((4, 64, 128)).astype(dtype),
-            (rng.standard_normal((128, 128)) / 12).astype(dtype))
+    rng, np_dtype = np.random.default_rng(0), DType.of(dtype).np
+    return (rng.standard_normal((4, 64, 128)).astype(np_dtype),
+            (rng.standard_normal((128, 128)) / 12).astype(np_dtype))
 
 
 def test_steady_state_runs_allocate_no_device_memory():
