@@ -145,7 +145,8 @@ def _torch_graphed(torch, fn, args):
     return lambda: (graph.replay(), out)[1]
 
 
-def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -> dict:
+def build_model(torch, name, b, s, d, heads, layers, cache):
+    """The RLX graph, its params and feeds (torch device arrays), and the torch model."""
     from rlx_core import Graph
     rng = np.random.default_rng(1)
     weights = _weights(rng, d, layers, 4 * d)
@@ -165,12 +166,29 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
         y = rlx_block(g, y, weights[i], i, heads, kv)
     g.set_outputs([y])
     params = {f"l{i}.{k}": v for i, p in enumerate(tw) for k, v in p.items()}
-    c, run = _rlx(g, params, feeds)
 
     def model(x, *flat):
         for i in range(layers):
             x = torch_block(torch, x, tw[i], heads, caches[i] if cache else None)
         return x
+    return g, params, feeds, model, x
+
+
+def profile_model(torch, name, *shape_args) -> None:
+    """Per-step device times (each step synchronized) through RLX_TRACE, logged."""
+    import logging
+    from rlx_core import CompileOptions, Session
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    g, params, feeds, _, _ = build_model(torch, name, *shape_args)
+    c = Session("cuda", options=CompileOptions(trace=True, backend={"outputs": "torch"})).compile(g)
+    c.set_params(params)
+    for _ in range(3):
+        c.run(feeds)
+
+
+def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -> dict:
+    g, params, feeds, model, x = build_model(torch, name, b, s, d, heads, layers, cache)
+    c, run = _rlx(g, params, feeds)
     with torch.no_grad():
         ref = model(x).float()
         got = c.run(feeds)[0].float()
@@ -198,9 +216,15 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--profile", action="store_true", help="log per-step device times of the block and the "
+                    "decode graph instead of benchmarking")
     args = ap.parse_args(argv)
     import cupy as cp
     import torch
+    if args.profile:
+        profile_model(torch, "block", 8, 512, 1024, 16, 1, 0)
+        profile_model(torch, "decode", 1, 1, 1024, 16, 4, 128)
+        return 0
     results = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cupy": cp.__version__,
                "torch": torch.__version__}
     sections = [("matmul_chain_bf16", lambda: bench_matmul_chain(cp, torch, 2048 if args.quick else 8192)),

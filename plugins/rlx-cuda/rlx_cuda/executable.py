@@ -103,7 +103,7 @@ class CudaExecutable(ExecutableGraph):
                     arrays[ref] = self.cp.zeros(shape.dims, dt)
                 elif node.kind in ("constant", "arange"):
                     value = evaluate(_single_node_graph(node), {}, {})[0]
-                    arrays[ref] = self.cp.asarray(np.ascontiguousarray(value).view(dt))
+                    arrays[ref] = self.cp.asarray(np.asarray(value, order="C").view(dt))
         return arrays
 
     def _address(self, step: int, buf: Buf) -> int:

@@ -28,7 +28,7 @@ def widen(cp, arr, dtype: DType):
 def narrow(cp, arr, dtype: DType):
     """``arr`` (a computed value) rounded to the storage of ``dtype``."""
     if dtype is DType.BF16:
-        bits = cp.ascontiguousarray(arr.astype(cp.float32)).view(cp.uint32)
+        bits = arr.astype(cp.float32, order="C").view(cp.uint32)  # (0-d stays 0-d)
         rounded = (bits + cp.uint32(0x7FFF) + ((bits >> 16) & cp.uint32(1))) >> 16
         return cp.where(cp.isnan(arr), (bits >> 16) | cp.uint32(0x40), rounded).astype(cp.uint16)
     from .dtypes import storage_np
