@@ -170,8 +170,8 @@ def nucleus(logits: np.ndarray, probs: np.ndarray, p: float, bins: int = 2048) -
     top, low = logits.max(), logits[np.isfinite(logits)].min()
     if top == low:
         return np.arange(min(logits.size, int(np.ceil(p * logits.size)) or 1))
-    depth = np.minimum((top - logits) * np.float32(bins / (top - low)), np.float32(bins - 1))
-    slot = depth.astype(np.intp)
+    scale = bins / (float(top) - float(low))                  # f64: the range may be tiny
+    slot = np.minimum((float(top) - logits.astype(np.float64)) * scale, bins - 1).astype(np.intp)
     cumulative = np.cumsum(np.bincount(slot, weights=probs, minlength=bins))
     edge = min(int(np.searchsorted(cumulative, p)), bins - 1)
     inside = np.flatnonzero(slot == edge)
