@@ -10,7 +10,7 @@ __all__ = [
     "RlxError", "GraphError", "ShapeError", "DTypeError", "OpAttributeError",
     "UnsupportedOpError", "InputError", "ParamError", "DeviceError",
     "UnknownDeviceError", "DeviceUnavailableError", "PluginError", "CacheError",
-    "KVCacheFullError", "ThermalError", "DeviceFallbackError", "PolicyError",
+    "KVCacheFullError", "ThermalError", "DeviceFallbackError", "PolicyError", "FrontendError",
 ]
 
 
@@ -95,3 +95,8 @@ class DeviceFallbackError(RlxError):
         self.attempts = list(attempts)
         lines = "\n".join(f"  {dev}: {type(err).__name__}: {err}" for dev, err in self.attempts)
         super().__init__(f"no device in the chain could run the graph:\n{lines}")
+
+
+class FrontendError(RlxError):
+    """A model file uses something the importer cannot map; the message names the node,
+    its op type and the opset."""

@@ -95,7 +95,7 @@ def _encode(kind: str, v: Any, for_hash: bool) -> Any:
     if kind == "dtype":
         return v.value
     if kind == "array":
-        arr = np.ascontiguousarray(v)
+        arr = np.asarray(v, order="C")
         raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
         enc = {"dtype": DType.of(arr.dtype).value, "shape": list(arr.shape)}
         if for_hash:
@@ -123,7 +123,7 @@ def _decode(kind: str, v: Any) -> Any:
     if kind == "array":
         dt = DType.of(v["dtype"])
         raw = base64.b64decode(v["data"])
-        return np.frombuffer(raw, dtype=dt.np.newbyteorder("<")).astype(dt.np).reshape(v["shape"])
+        return np.frombuffer(raw, dtype=dt.np.newbyteorder("<")).astype(dt.np).reshape(tuple(v["shape"]))
     if kind == "graph":
         return from_dict(v)
     if kind == "graphs":

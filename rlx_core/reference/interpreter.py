@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -23,10 +23,12 @@ class RefContext:
     rng: RngOptions = field(default_factory=RngOptions)
     node: Node | None = None
 
-    def run_subgraph(self, graph: Graph, args: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Evaluate ``graph`` with its inputs bound positionally to ``args``."""
+    def run_subgraph(self, graph: Graph, args: Sequence[np.ndarray], rng: RngOptions | None = None
+                     ) -> list[np.ndarray]:
+        """Evaluate ``graph`` with its inputs bound positionally to ``args``, under ``rng``
+        (default: this context's options; control flow passes per-iteration ones)."""
         feeds = {n.attrs["name"]: a for n, a in zip(graph.input_nodes, args)}
-        return evaluate(graph, feeds, {}, rng=self.rng)
+        return evaluate(graph, feeds, {}, rng=rng or self.rng)
 
 
 def evaluate(graph: Graph, inputs: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,

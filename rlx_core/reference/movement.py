@@ -1,2 +1,85 @@
-"""Reference kernels of the 'movement' family."""
+"""Reference kernels of the 'movement' family. Definitions are in ``rlx_core.ir.ops.movement``."""
 from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InputError
+from ..ir.dtypes import DType
+from .elementwise import cast_array
+from .kernels import kernel
+
+
+@kernel("reshape")
+def reshape(x, *, dims):
+    return np.reshape(x, dims)
+
+
+@kernel("transpose")
+def transpose(x, *, perm):
+    return np.transpose(x, perm)
+
+
+@kernel("slice")
+def slice_(x, *, starts, stops, steps, axes):
+    # Canonical attributes have one entry per axis, in axis order, with numpy's meaning.
+    return x[tuple(slice(*b) for b in zip(starts, stops, steps))]
+
+
+@kernel("concat")
+def concat(*xs, axis):
+    return np.concatenate(xs, axis=axis)
+
+
+@kernel("split")
+def split(x, *, sizes, axis):
+    return tuple(np.split(x, np.cumsum(sizes)[:-1], axis=axis))
+
+
+@kernel("expand")
+def expand(x, *, dims):
+    return np.array(np.broadcast_to(x, dims))  # a real array, not a read-only broadcast view
+
+
+@kernel("pad")
+def pad(x, *, pads, mode, value):
+    if x.ndim == 0:  # no axes, nothing to pad (np.pad refuses rank 0)
+        return x
+    before, after = pads[0::2], pads[1::2]
+    # Crop first (negative amounts), then pad the cropped tensor (positive amounts).
+    cropped = x[tuple(slice(-min(b, 0), x.shape[ax] + min(e, 0)) for ax, (b, e) in enumerate(zip(before, after)))]
+    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    if mode == "constant":
+        fill = cast_array(np.asarray(value), DType.of(x.dtype))
+        return np.pad(cropped, width, mode="constant", constant_values=fill)
+    return np.pad(cropped, width, mode=mode)  # numpy's "reflect" and "edge" are the op's
+
+
+def wrapped_indices(kind: str, indices: np.ndarray, n: int, axis: int) -> np.ndarray:
+    """Negative indices + n, after checking every index lies in [-n, n) (the op leaves
+    others undefined; the reference refuses them so that no test relies on them)."""
+    bad = (indices < -n) | (indices >= n)
+    if bad.any():
+        raise InputError(f"{kind}: index {indices[bad].flat[0]} is out of range for axis {axis} of size {n} "
+                         f"(valid: -{n}..{n - 1}); out-of-range indices are undefined behaviour")
+    return np.where(indices < 0, indices + n, indices).astype(np.int64)
+
+
+@kernel("gather")
+def gather(table, indices, *, axis):
+    return np.take(table, wrapped_indices("gather", indices, table.shape[axis], axis), axis=axis)
+
+
+@kernel("gather_elements")
+def gather_elements(x, indices, *, axis):
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = wrapped_indices("gather_elements", indices, x.shape[axis], axis)
+    return x[tuple(where)]
+
+
+@kernel("scatter_add")
+def scatter_add(data, indices, updates, *, axis):
+    out = data.copy()
+    rows = wrapped_indices("scatter_add", indices, data.shape[axis], axis)
+    # ufunc.at adds repeated indices once each, in order (a plain += would keep only the last).
+    np.add.at(np.moveaxis(out, axis, 0), rows, np.moveaxis(updates, axis, 0))
+    return out

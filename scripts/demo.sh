@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (scripts/setup.sh) and run the demo: a transformer block on every available device.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+. .venv/bin/activate
+rlx demo "$@"
