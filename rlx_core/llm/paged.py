@@ -249,25 +249,32 @@ class PagedKVCache:
         self.v[:, slots] = v
         return slots
 
-    def gather(self, seq_id: Hashable, layer: int) -> tuple[np.ndarray, np.ndarray]:
-        """One sequence's K and V for ``layer``: ``[tokens, kv_heads, head_dim]`` each."""
-        check_int("layer", layer, 0, self.num_layers - 1)
-        slots = self.manager.slots(seq_id)
+    def gather(self, seq_id: Hashable, layer: int, length: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """One sequence's K and V for ``layer``, tokens ``0 .. length-1`` (default: all):
+        ``[tokens, kv_heads, head_dim]`` each."""
+        slots = self._slots(seq_id, length, layer)
         return self.k[layer, slots], self.v[layer, slots]
 
-    def gather_batch(self, seq_ids: Sequence[Hashable], layer: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """K, V ``[batch, kv_heads, max_tokens, head_dim]`` (zero padded; the layout of
-        ``scaled_dot_product_attention``) and the true lengths ``[batch]``."""
-        check_int("layer", layer, 0, self.num_layers - 1)
-        slot_lists = [self.manager.slots(s) for s in seq_ids]
-        lengths = np.array([s.size for s in slot_lists], np.int64)
-        width = int(lengths.max(initial=0))
-        out_shape = (len(seq_ids), width, self.num_kv_heads, self.head_dim)
-        k, v = np.zeros(out_shape, self.dtype), np.zeros(out_shape, self.dtype)
+    def gather_batch(self, seq_ids: Sequence[Hashable], layer: int, lengths: Sequence[int] | None = None,
+                     width: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """K, V ``[batch, kv_heads, width, head_dim]`` (the layout of
+        ``scaled_dot_product_attention`` and of the ``attention`` op), zero padded past
+        each sequence's length, and the lengths ``[batch]``. ``lengths`` limits each
+        sequence to its first tokens; ``width`` (default: the longest) fixes the padded
+        size, e.g. for a graph compiled for a maximum context."""
+        lengths = [None] * len(seq_ids) if lengths is None else list(lengths)
+        if len(lengths) != len(seq_ids):
+            raise InputError(f"gather_batch got {len(lengths)} lengths for {len(seq_ids)} sequences")
+        slot_lists = [self._slots(s, n, layer) for s, n in zip(seq_ids, lengths)]
+        sizes = np.array([s.size for s in slot_lists], np.int64)
+        longest = int(sizes.max(initial=0))
+        width = longest if width is None else check_int("gather_batch width", width, longest)
+        k = np.zeros((len(seq_ids), width, self.num_kv_heads, self.head_dim), self.dtype)
+        v = np.zeros_like(k)
         for row, slots in enumerate(slot_lists):
             k[row, :slots.size] = self.k[layer, slots]
             v[row, :slots.size] = self.v[layer, slots]
-        return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), lengths
+        return k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3), sizes
 
     def block_tables(self, seq_ids: Sequence[Hashable]) -> np.ndarray:
         """Block ids per sequence, ``[batch, max_blocks]`` i32 padded with -1 (the input of
@@ -277,6 +284,13 @@ class PagedKVCache:
         for row, table in enumerate(tables):
             out[row, :len(table)] = table
         return out
+
+    def _slots(self, seq_id: Hashable, length: int | None, layer: int = 0) -> np.ndarray:
+        check_int("layer", layer, 0, self.num_layers - 1)
+        slots = self.manager.slots(seq_id)
+        if length is None:
+            return slots
+        return slots[:check_int(f"length of sequence {seq_id!r}", length, 0, slots.size)]
 
     def _check_rows(self, name: str, value, shape: tuple) -> None:
         if np.shape(value) != shape:

@@ -279,3 +279,19 @@ def test_errors():
         cache.match_prefix(0, [1, 2, 3])
     with pytest.raises(InputError, match="cannot fork into sequence 0"):
         cache.fork(0, 0)
+
+
+def test_gather_prefix_and_fixed_width():
+    cache = PagedKVCache(1, 1, 2, num_blocks=4, block_size=2)
+    cache.add_sequence("s")
+    k = np.arange(10, dtype=np.float32).reshape(1, 5, 1, 2)
+    cache.append("s", [1, 2, 3, 4, 5], k, -k)
+    np.testing.assert_array_equal(cache.gather("s", 0, length=3)[0], k[0, :3])
+    gk, gv, lengths = cache.gather_batch(["s", "s"], 0, lengths=[2, 5], width=8)
+    assert gk.shape == (2, 1, 8, 2) and lengths.tolist() == [2, 5]
+    np.testing.assert_array_equal(gk[0, 0, :2], k[0, :2, 0])
+    assert not gk[0, :, 2:].any() and not gv[1, :, 5:].any()
+    with pytest.raises(LLMConfigError, match="width must be in"):
+        cache.gather_batch(["s"], 0, width=4)
+    with pytest.raises(LLMConfigError, match="length of sequence 's' must be in"):
+        cache.gather("s", 0, length=6)
