@@ -167,11 +167,16 @@ def nucleus(logits: np.ndarray, probs: np.ndarray, p: float, bins: int = 2048) -
     without sorting: the mass per logit bin locates the bin where the prefix ends, and
     only that bin is sorted (ties by position). Masses are summed per bin, so the cut can
     differ from a sequential sum by rounding alone."""
-    top, low = logits.max(), logits[np.isfinite(logits)].min()
+    top, low = logits.max(), logits.min()
+    banned = low == -np.inf
+    if banned:
+        low = logits[logits > -np.inf].min()
     if top == low:
         return np.arange(min(logits.size, int(np.ceil(p * logits.size)) or 1))
-    scale = bins / (float(top) - float(low))                  # f64: the range may be tiny
-    slot = np.minimum((float(top) - logits.astype(np.float64)) * scale, bins - 1).astype(np.intp)
+    depth = (float(top) - logits.astype(np.float64)) * ((bins - 1) / (float(top) - float(low)))  # f64: tiny ranges
+    if banned:
+        depth[logits == -np.inf] = bins - 1             # probability 0; sorted last within the bin
+    slot = depth.astype(np.intp)                        # 0 .. bins - 1 (no clamp: np.minimum is slow)
     cumulative = np.cumsum(np.bincount(slot, weights=probs, minlength=bins))
     edge = min(int(np.searchsorted(cumulative, p)), bins - 1)
     inside = np.flatnonzero(slot == edge)
