@@ -1,6 +1,7 @@
 """Sampler chain cost per token: how it grows with the vocabulary and the batch, against
 a torch implementation of the same default chain (top-k -> top-p -> min-p -> temperature
--> draw, vectorised over the batch the way HF-style samplers are).
+-> draw, vectorised over the batch the way HF-style samplers are; one thread, like the
+numpy chains).
 
     python benchmarks/llm_samplers.py [--quick]
 
@@ -53,7 +54,7 @@ def torch_default_ms(logits: np.ndarray) -> float | None:
         import torch
     except ImportError:
         return None
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)                # like the numpy chains: one core per row loop
     x = torch.from_numpy(logits)
     gen = torch.Generator().manual_seed(1)
 

@@ -171,18 +171,18 @@ class QuantizedKVLayer:
         if num_heads % kv_heads:
             raise InputError(f"num_heads {num_heads} must be a multiple of the {kv_heads} KV heads")
         scale = 1 / math.sqrt(head_dim) if scale is None else float(scale)
-        grouped = q.reshape(kv_heads, num_heads // kv_heads, head_dim).astype(np.float64) * scale
-        peak = np.full(grouped.shape[:2], -np.inf)
+        grouped = q.reshape(kv_heads, num_heads // kv_heads, head_dim) * np.float32(scale)
+        peak = np.full(grouped.shape[:2], -np.inf)            # running max, sum and output: f64
         total = np.zeros(grouped.shape[:2])
         acc = np.zeros(grouped.shape)
         for _, k, v in self.chunks(chunk_tokens):
-            k = k.reshape(-1, kv_heads, head_dim).transpose(1, 0, 2)          # [kv_heads, t, head_dim]
-            v = v.reshape(-1, kv_heads, head_dim).transpose(1, 0, 2)
-            scores = grouped @ k.transpose(0, 2, 1)                           # [kv_heads, group, t]
+            k = k.reshape(-1, kv_heads, head_dim).transpose(1, 2, 0)          # [kv_heads, head_dim, t]
+            v = v.reshape(-1, kv_heads, head_dim).transpose(1, 0, 2)          # [kv_heads, t, head_dim]
+            scores = grouped @ k                                              # f32 [kv_heads, group, t]
             new_peak = np.maximum(peak, scores.max(axis=-1))
+            weights = np.exp(scores - new_peak[..., None].astype(np.float32))
             rescale = np.exp(peak - new_peak)
-            weights = np.exp(scores - new_peak[..., None])
-            total = total * rescale + weights.sum(axis=-1)
+            total = total * rescale + weights.sum(axis=-1, dtype=np.float64)
             acc = acc * rescale[..., None] + weights @ v
             peak = new_peak
         if not self.num_tokens:
