@@ -55,8 +55,8 @@ def save_section(name: str, data: dict, markdown: str) -> None:
     for section in ("samplers", "kvquant", "scheduler"):
         if section in results:
             r = results[section]
-            parts.append(f"## {section} ({r['date']}, {r['machine']['cpus']} CPUs, load {r['machine']['load_average'][0]})"
-                         f"\n\n{r['markdown']}\n")
+            where = f"{r['date']}, {r['machine']['cpus']} CPUs, load {r['machine']['load_average'][0]}"
+            parts.append(f"## {section} ({where})\n\n{r['markdown']}\n")
     MD_PATH.write_text("\n".join(parts))
 
 

@@ -10,6 +10,7 @@ round-trip error within GGML's bound (test-quantize-fns: sqrt(sum err^2) / n < 0
 from __future__ import annotations
 
 import argparse
+import functools
 import tempfile
 import time
 
@@ -30,8 +31,8 @@ def throughput(values: np.ndarray, workers: int | None = None) -> list[dict]:
         out = []
         for name, fmt in KV_FORMATS.items():
             data = quantize(values, fmt)
-            q = median_seconds(lambda: quantize(values, fmt), repeat=7, warmup=1)
-            d = median_seconds(lambda: dequantize(data, fmt), repeat=7, warmup=1)
+            q = median_seconds(functools.partial(quantize, values, fmt), repeat=7, warmup=1)
+            d = median_seconds(functools.partial(dequantize, data, fmt), repeat=7, warmup=1)
             out.append({"format": name, "quantize_gbps": round(values.nbytes / q / 1e9, 2),
                         "dequantize_gbps": round(values.nbytes / d / 1e9, 2),
                         "bytes_per_32": fmt.row_bytes(32), "bits_per_value": fmt.bits_per_value})
@@ -52,8 +53,8 @@ def gguf_quantize_gbps(values: np.ndarray) -> dict:
     out = {}
     for name, qtype in types.items():
         assert gguf.quants.quantize(rows[:64], qtype).tobytes() == quantize(rows[:64], name).tobytes()
-        out[name] = round(values.nbytes / median_seconds(lambda: gguf.quants.quantize(rows, qtype),
-                                                         repeat=3, warmup=1) / 1e9, 3)
+        seconds = median_seconds(functools.partial(gguf.quants.quantize, rows, qtype), repeat=3, warmup=1)
+        out[name] = round(values.nbytes / seconds / 1e9, 3)
     return out
 
 
@@ -139,14 +140,13 @@ def main(argv=None) -> None:
     for label, ok in checks.items():
         print(f"target {label}: {'PASS' if ok else 'FAIL'}")
 
+    file_note = (f"File-backed (memory-mapped) history: {history['tokens']} tokens x {history['layers']} layers of "
+                 f"{history['kv_dim']} {history['format']} values = {history['file_mib']} MiB on disk; resident memory "
+                 f"grew by {history['resident_growth_mib']} MiB; append {history['append_tokens_per_s']} tokens/s; "
+                 f"streaming attention over the whole history {history['attend_ms_per_layer']} ms per layer.")
     markdown = "\n\n".join([
         "Targets: " + ", ".join(f"{k}: **{'PASS' if v else 'FAIL'}**" for k, v in checks.items()) + ".",
-        md_table(headers, rows),
-        md_table(list(errors[0]), [list(e.values()) for e in errors]),
-        f"File-backed (memory-mapped) history: {history['tokens']} tokens x {history['layers']} layers of "
-        f"{history['kv_dim']} {history['format']} values = {history['file_mib']} MiB on disk; resident memory grew by "
-        f"{history['resident_growth_mib']} MiB; append {history['append_tokens_per_s']} tokens/s; streaming attention "
-        f"over the whole history {history['attend_ms_per_layer']} ms per layer."])
+        md_table(headers, rows), md_table(list(errors[0]), [list(e.values()) for e in errors]), file_note])
     save_section("kvquant", {"throughput": all_threads, "throughput_one_thread": one_thread,
                              "gguf_quantize_gbps": gguf_gbps, "round_trip": errors, "file_backed": history,
                              "targets": checks}, markdown)

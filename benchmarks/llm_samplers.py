@@ -107,8 +107,8 @@ def main(argv=None) -> None:
                         [[r["batch"], r["default"], r["greedy"], r["torch default"]] for r in by_batch])
     print()
     print_table(["chain"] + [f"V={r['vocab']}" for r in by_vocab], [[n] + [r[n] for r in by_vocab] for n in names])
-    markdown = (f"Target: default chain at V=128256, batch 1 <= {TARGET_MS} ms/token: **{default_128k} ms ({verdict})**."
-                f"\n\n{vocab_md}\n\n{batch_md}")
+    markdown = (f"Target: default chain at V=128256, batch 1 <= {TARGET_MS} ms/token: "
+                f"**{default_128k} ms ({verdict})**.\n\n{vocab_md}\n\n{batch_md}")
     save_section("samplers", {"target_ms": TARGET_MS, "default_128k_ms": default_128k, "verdict": verdict,
                               "by_vocab": by_vocab, "by_batch": by_batch}, markdown)
 

@@ -77,7 +77,8 @@ def simulate(n: int, seed: int) -> dict:
     return {
         "requests": n, "completed": sum(r.status.value == "finished" for r in requests), "steps": step,
         "pool_blocks": NUM_BLOCKS, "block_size": BLOCK_SIZE, "token_budget": TOKEN_BUDGET, "max_seqs": MAX_SEQS,
-        "max_blocks_used": int(max(used)), "mean_block_utilisation": round(float(np.mean(np.array(used)[busy])) / NUM_BLOCKS, 3),
+        "max_blocks_used": int(max(used)),
+        "mean_block_utilisation": round(float(np.mean(np.array(used)[busy])) / NUM_BLOCKS, 3),
         "mean_budget_utilisation": round(float(np.mean(np.array(scheduled)[busy])) / TOKEN_BUDGET, 3),
         "mean_running": round(float(np.mean(np.array(running)[busy])), 1),
         "generated_tokens": generated, "generated_per_step": round(generated / step, 2),
@@ -107,12 +108,14 @@ def main(argv=None) -> None:
             ["mean token-budget utilisation", f"{result['mean_budget_utilisation']:.1%}"],
             ["generated tokens / step", result["generated_per_step"]],
             ["scheduled tokens / step", result["scheduled_per_step"]],
-            ["prompt tokens computed, recomputes included / total (prefix cache)", f"{result['prompt_tokens_computed']} / {result['prompt_tokens']}"],
+            ["prompt tokens computed, recomputes included / total (prefix cache)",
+             f"{result['prompt_tokens_computed']} / {result['prompt_tokens']}"],
             ["preemptions (recompute)", result["preemptions"]],
             ["scheduler cost per step", f"{result['scheduler_ms_per_step']} ms"],
             ["scheduled tokens per second of scheduler time", result["scheduled_tokens_per_s_of_scheduler"]]]
     markdown = (f"{result['requests']} requests, pool {NUM_BLOCKS} x {BLOCK_SIZE} tokens, budget {TOKEN_BUDGET} "
-                f"tokens/step, <= {MAX_SEQS} running: **{'PASS' if ok else 'FAIL'}**.\n\n" + md_table(["metric", "value"], rows))
+                f"tokens/step, <= {MAX_SEQS} running: **{'PASS' if ok else 'FAIL'}**.\n\n"
+                + md_table(["metric", "value"], rows))
     save_section("scheduler", {"result": result, "verdict": "PASS" if ok else "FAIL"}, markdown)
 
 

@@ -5,8 +5,8 @@
 
 The decoder has random weights -- its text is gibberish, the plumbing is real. It is
 Llama-shaped: token embedding; per layer RMSNorm, grouped-query attention with RoPE,
-residual, RMSNorm, SiLU-gated MLP, residual; a final RMSNorm and an output projection. Tokens are the 95 printable ASCII characters. One builder makes two
-graphs, compiled once:
+residual, RMSNorm, SiLU-gated MLP, residual; a final RMSNorm and an output projection.
+Tokens are the 95 printable ASCII characters. One builder makes two graphs, compiled once:
 
 * prefill: one request, a chunk of up to ``chunk`` tokens after its cached past;
 * decode: up to ``max_batch`` requests, one new token each.
@@ -73,41 +73,59 @@ def build_graph(cfg: DecoderConfig, batch: int, chunk: int, past: int) -> Graph:
     Inputs: ``ids``; RoPE ``cos``/``sin`` ``[batch * chunk, head_dim / 2]`` (row-major
     positions); additive mask ``bias [batch, 1, chunk, past + chunk]``; ``past_k{i}``,
     ``past_v{i}``."""
-    g = Graph(f"tiny_decoder_b{batch}_c{chunk}_p{past}")
-    d, hd = cfg.d_model, cfg.head_dim
-    ids = g.input("ids", (batch, chunk), "i64")
-    cos, sin = (g.input(name, (batch * chunk, hd // 2)) for name in ("cos", "sin"))
-    bias = g.input("bias", (batch, 1, chunk, past + chunk))
-    embed = g.param("embed", (cfg.vocab, d))
-
-    def heads(x, n):                                    # [B, C, n*hd] -> [B, n, C, hd]
-        return g.transpose(g.reshape(x, (batch, chunk, n, hd)), (0, 2, 1, 3))
-
-    def rotate(x, n):                                   # RoPE with a position per (row, token)
-        flat = g.reshape(g.transpose(x, (1, 0, 2, 3)), (1, n, batch * chunk, hd))
-        return g.transpose(g.reshape(g.rope(flat, cos, sin), (n, batch, chunk, hd)), (1, 0, 2, 3))
-
-    h = g.gather(embed, ids)
+    builder = _DecoderGraph(cfg, batch, chunk, past)
+    g, d = builder.g, cfg.d_model
+    h = g.gather(g.param("embed", (cfg.vocab, d)), g.input("ids", (batch, chunk), "i64"))
     new_kv = []
     for i in range(cfg.layers):
-        def param(name, *dims):
-            return g.param(f"{name}{i}", dims)
-        x = g.rms_norm(h, param("attn_norm", d))
-        q = rotate(heads(x @ param("wq", d, cfg.q_heads * hd), cfg.q_heads), cfg.q_heads)
-        k = rotate(heads(x @ param("wk", d, cfg.kv_heads * hd), cfg.kv_heads), cfg.kv_heads)
-        v = heads(x @ param("wv", d, cfg.kv_heads * hd), cfg.kv_heads)
-        keys, values = k, v
-        if past:
-            keys = g.concat([g.input(f"past_k{i}", (batch, cfg.kv_heads, past, hd)), k], axis=2)
-            values = g.concat([g.input(f"past_v{i}", (batch, cfg.kv_heads, past, hd)), v], axis=2)
-        attended = g.transpose(g.attention(q, keys, values, bias), (0, 2, 1, 3))
-        h = h + g.reshape(attended, (batch, chunk, cfg.q_heads * hd)) @ param("wo", cfg.q_heads * hd, d)
-        x = g.rms_norm(h, param("mlp_norm", d))
-        h = h + (g.silu(x @ param("w_gate", d, cfg.ffn)) * (x @ param("w_up", d, cfg.ffn))) @ param("w_down", cfg.ffn, d)
+        h, k, v = builder.layer(h, i)
         new_kv += [k, v]
     logits = g.rms_norm(h, g.param("final_norm", (d,))) @ g.param("lm_head", (d, cfg.vocab))
     g.set_outputs([logits, *new_kv], ["logits", *(f"{kv}{i}" for i in range(cfg.layers) for kv in "kv")])
     return g
+
+
+class _DecoderGraph:
+    """The pieces of :func:`build_graph`: shared inputs, head reshapes, RoPE, one layer."""
+
+    def __init__(self, cfg: DecoderConfig, batch: int, chunk: int, past: int):
+        self.cfg, self.batch, self.chunk, self.past = cfg, batch, chunk, past
+        self.g = Graph(f"tiny_decoder_b{batch}_c{chunk}_p{past}")
+        self.cos, self.sin = (self.g.input(name, (batch * chunk, cfg.head_dim // 2)) for name in ("cos", "sin"))
+        self.bias = self.g.input("bias", (batch, 1, chunk, past + chunk))
+
+    def param(self, name: str, layer: int, *dims: int):
+        return self.g.param(f"{name}{layer}", dims)
+
+    def heads(self, x, n: int):
+        """[B, C, n * head_dim] -> [B, n, C, head_dim]."""
+        return self.g.transpose(self.g.reshape(x, (self.batch, self.chunk, n, self.cfg.head_dim)), (0, 2, 1, 3))
+
+    def rotate(self, x, n: int):
+        """RoPE with its own position for every (row, token): rows and tokens are merged
+        into the op's sequence axis, whose tables are ``cos``/``sin``."""
+        g, rows, hd = self.g, self.batch * self.chunk, self.cfg.head_dim
+        flat = g.reshape(g.transpose(x, (1, 0, 2, 3)), (1, n, rows, hd))
+        return g.transpose(g.reshape(g.rope(flat, self.cos, self.sin), (n, self.batch, self.chunk, hd)), (1, 0, 2, 3))
+
+    def layer(self, h, i: int):
+        """One decoder layer: returns the new residual stream and this layer's K, V."""
+        g, cfg = self.g, self.cfg
+        d, hd, q_width, kv_width = cfg.d_model, cfg.head_dim, cfg.q_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        x = g.rms_norm(h, self.param("attn_norm", i, d))
+        q = self.rotate(self.heads(x @ self.param("wq", i, d, q_width), cfg.q_heads), cfg.q_heads)
+        k = self.rotate(self.heads(x @ self.param("wk", i, d, kv_width), cfg.kv_heads), cfg.kv_heads)
+        v = self.heads(x @ self.param("wv", i, d, kv_width), cfg.kv_heads)
+        keys, values = k, v
+        if self.past:
+            past_dims = (self.batch, cfg.kv_heads, self.past, hd)
+            keys = g.concat([g.input(f"past_k{i}", past_dims), k], axis=2)
+            values = g.concat([g.input(f"past_v{i}", past_dims), v], axis=2)
+        attended = g.transpose(g.attention(q, keys, values, self.bias), (0, 2, 1, 3))
+        h = h + g.reshape(attended, (self.batch, self.chunk, q_width)) @ self.param("wo", i, q_width, d)
+        x = g.rms_norm(h, self.param("mlp_norm", i, d))
+        gated = g.silu(x @ self.param("w_gate", i, d, cfg.ffn)) * (x @ self.param("w_up", i, d, cfg.ffn))
+        return h + gated @ self.param("w_down", i, cfg.ffn, d), k, v
 
 
 def mask(past_lengths, chunk: int, past: int) -> np.ndarray:

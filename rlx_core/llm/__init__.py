@@ -13,16 +13,15 @@ and a continuous-batching scheduler.
   its reference quantizers: :func:`quantize`, :func:`dequantize`; a per-layer quantized
   KV cache with an opt-in memory-mapped file mode (:class:`QuantizedKVCache`).
 """
+from .blocks import BlockPool, KVBlock
 from .candidates import Candidates
 from .chain import ChainBuilder, SampleOpts, SamplerChain, sample_batch
-from .blocks import BlockPool, KVBlock
 from .kvquant import F16, KV_FORMATS, Q4_0, Q5_0, Q8_0, KVFormat, dequantize, kv_format, quantize
 from .paged import BlockManager, PagedKVCache
 from .penalties import DRY, RepetitionPenalty
 from .quantized_cache import QuantizedKVCache, QuantizedKVLayer
+from .samplers import XTC, DynamicTemperature, LogitBias, MinP, Sampler, Temperature, TopK, TopNSigma, TopP, TypicalP
 from .scheduler import Request, RequestStatus, ScheduledChunk, Scheduler, SchedulerOutput
-from .samplers import (XTC, DynamicTemperature, LogitBias, MinP, Sampler, Temperature, TopK, TopNSigma,
-                       TopP, TypicalP)
 from .selectors import Dist, Greedy, MirostatV1, MirostatV2
 from .validate import LLMConfigError
 

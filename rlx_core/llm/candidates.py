@@ -99,10 +99,10 @@ class Candidates:
             raise InputError(f"token id {bad} is outside the vocabulary of {self.n_vocab} tokens")
         if self._ids_are_positions:
             return token_ids, np.ones(token_ids.size, bool)
-        order = np.argsort(self.ids, kind="stable")
+        order = np.argsort(self.ids)                              # ids are unique
         sorted_ids = self.ids[order]
-        slot = np.minimum(np.searchsorted(sorted_ids, token_ids), max(sorted_ids.size - 1, 0))
-        found = sorted_ids[slot] == token_ids if sorted_ids.size else np.zeros(token_ids.size, bool)
+        slot = np.searchsorted(sorted_ids, token_ids).clip(max=sorted_ids.size - 1)
+        found = sorted_ids[slot] == token_ids
         return order[slot[found]], found
 
     def __repr__(self) -> str:

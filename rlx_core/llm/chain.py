@@ -9,7 +9,6 @@ one chain per row.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Iterable, Mapping, Sequence
 
@@ -19,8 +18,7 @@ from ..errors import InputError
 from ..rng import combine_seed
 from .candidates import Candidates, check_logits, is_real_dtype
 from .penalties import DRY, RepetitionPenalty
-from .samplers import (XTC, DynamicTemperature, LogitBias, MinP, Sampler, Temperature, TopK,
-                       TopNSigma, TopP, TypicalP)
+from .samplers import XTC, DynamicTemperature, LogitBias, MinP, Sampler, Temperature, TopK, TopNSigma, TopP, TypicalP
 from .selectors import Dist, Greedy, MirostatV1, MirostatV2
 from .validate import LLMConfigError, check_float, check_int
 

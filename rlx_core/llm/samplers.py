@@ -21,13 +21,13 @@ from typing import Mapping
 import numpy as np
 
 from ..rng import Philox
-from .candidates import Candidates, softmax, top_positions
+from .candidates import Candidates, top_positions
 from .validate import LLMConfigError, check_float, check_int
 
 __all__ = ["Sampler", "Temperature", "DynamicTemperature", "TopK", "TopP", "MinP", "TopNSigma",
            "TypicalP", "XTC", "LogitBias", "entropy"]
 
-_TOP_P_FIRST_TRY = 256    # top-p on unsorted candidates first sorts this many, then 16x more
+_TOP_P_FIRST_TRY = 256    # top-p on unsorted candidates first tries the top this many
 
 
 class Sampler:

@@ -240,8 +240,8 @@ def test_gathered_kv_feeds_torch_attention():
     q = rng.standard_normal((1, 2, 1, 8)).astype(np.float32)
     gk, gv, _ = cache.gather_batch([0], 0)
     got = torch.nn.functional.scaled_dot_product_attention(*map(torch.from_numpy, (q, gk, gv)))
-    want = torch.nn.functional.scaled_dot_product_attention(
-        torch.from_numpy(q), torch.from_numpy(k[0].transpose(1, 0, 2)[None]), torch.from_numpy(v[0].transpose(1, 0, 2)[None]))
+    dense_k, dense_v = (torch.from_numpy(t[0].transpose(1, 0, 2)[None]) for t in (k, v))
+    want = torch.nn.functional.scaled_dot_product_attention(torch.from_numpy(q), dense_k, dense_v)
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
 
 
