@@ -136,6 +136,15 @@ _WORKERS = os.cpu_count() or 1
 _pool: ThreadPoolExecutor | None = None
 
 
+def _forget_pool_after_fork() -> None:
+    global _pool
+    _pool = None                        # a forked child has none of the parent's threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def _run_chunks(n_blocks: int, step: int, work: Callable[[range], None]) -> None:
     """Call ``work`` on the chunk starts ``0, step, 2*step, ...``, dealt out to one worker
     thread per core when there are several chunks (numpy releases the GIL in its loops)."""

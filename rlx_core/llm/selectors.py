@@ -56,6 +56,7 @@ def draw(probs: np.ndarray, rng: Philox) -> int:
     return start + index
 
 
+@dataclass
 class Greedy(Sampler):
     """Select the highest logit (the first of equals)."""
 
@@ -63,12 +64,6 @@ class Greedy(Sampler):
 
     def apply(self, cands: Candidates) -> None:
         cands.select(int(np.argmax(cands.logits)))
-
-    def __repr__(self) -> str:
-        return "Greedy()"
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Greedy)
 
 
 @dataclass
