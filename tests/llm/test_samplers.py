@@ -212,6 +212,18 @@ def test_selectors_never_pick_banned_tokens(selector):
         assert apply_all([selector(seed)], NEG).token in (1, 3)
 
 
+@pytest.mark.parametrize("sampler", [RepetitionPenalty(8, 2.0, 0.5, 0.5), DRY(1.0, 2.0, 2), LogitBias({0: 1.0, 1: 2.0})],
+                         ids=repr)
+def test_history_samplers_on_equal_and_minus_inf_logits(sampler):
+    """History [0, 1, 0, 1]: penalties hit 0 and 1, DRY hits 0 (it would extend '0 1 0 1'),
+    the bias hits 0 and 1. Equal logits stay equal elsewhere; -inf stays -inf."""
+    history = [0, 1, 0, 1]
+    equal = apply_all([sampler.clone()], np.zeros(5, np.float32), history).logits
+    assert (equal[2:] == 0).all() and (equal[:2] != 0).any()
+    banned = apply_all([sampler.clone()], np.array([-np.inf, -np.inf, 0, 0, 0], np.float32), history).logits
+    assert np.isneginf(banned[:2]).all() and (banned[2:] == 0).all()
+
+
 def test_k_beyond_vocab_and_p_one_are_no_ops():
     logits = np.random.default_rng(0).standard_normal(50).astype(np.float32)
     for sampler in (TopK(50), TopK(10 ** 9), TopK(-3), TopP(1.0), TypicalP(1.0), MinP(0.0), TopNSigma(-1.0)):
