@@ -14,6 +14,7 @@ fastest (best run of each device; see ``measure``). Target: >= 90% of graphs.
 the cost model a choice before more plugins land, not plugins: they support only the
 op kinds of the sweep, and check_node rejects what they do not implement.
 
+``RLX_DEVICES`` / ``RLX_DENY_DEVICES`` restrict the devices as everywhere else.
 Results go to ``benchmarks/results/pick_accuracy.{md,json}`` (``--out`` to change).
 
 Thread pools are told to sleep when idle (``OMP_WAIT_POLICY=PASSIVE``, a short
@@ -36,6 +37,7 @@ if "--threads" in sys.argv[:-1]:
         os.environ[_var] = _threads
 
 import argparse  # noqa: E402  (the thread settings must precede numpy and torch)
+import importlib  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
@@ -180,7 +182,7 @@ def run_sweep(specs, max_runs: int, budget_s: float) -> list[dict]:
     for spec in specs:
         graph = build(spec)
         inputs, params = random_feeds(graph)
-        runner = GraphDevices(graph, DevicePolicy.all())
+        runner = GraphDevices(graph, DevicePolicy.from_env())
         runner.set_params(params)
         check_outputs(runner, graph, inputs, params)
         estimates = dict(rank_devices(graph, runner.devices(), runner.policy, calibrate=True))
@@ -243,6 +245,8 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch", action="store_true", help="add the torch adapters (torch, and cuda if present)")
+    parser.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                        help="register this importable but not installed plugin module (repeatable)")
     parser.add_argument("--threads", type=int, default=None, help="threads per BLAS/OpenMP pool (default: theirs)")
     parser.add_argument("--runs", type=int, default=15, help="most timed runs per device and round")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per device and graph")
@@ -251,13 +255,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help="results path without suffix")
     args = parser.parse_args(argv)
     ensure_cpu_plugin()
+    for module in args.plugin:
+        register_backends(importlib.import_module(module))
     if args.torch:
         if args.threads:
             import torch
             torch.set_num_threads(args.threads)
         register_backends(TorchAdapters())
     load_start = os.getloadavg()[0]
-    devices = [d for d in registry().devices() if registry().is_available(d)]
+    policy = DevicePolicy.from_env()
+    devices = [d for d in registry().devices() if policy.allows(d) and registry().is_available(d)]
     calibrations = [json.loads(calibrate(d, force=args.recalibrate).to_json()) for d in devices]
     specs = args.graphs.split(",") if args.graphs else sweep()
     rows = run_sweep(specs, args.runs, args.budget)

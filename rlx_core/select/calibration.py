@@ -13,9 +13,10 @@ fingerprint, plugin version or thread settings (``OMP_NUM_THREADS`` ...) is igno
 re-measured; a cache directory that cannot
 be written only costs the cache (a warning), never the run.
 
-Measuring: the ``rlx_calibrate`` hook of the plugin serving the backend, if it answers;
-otherwise :func:`measure_backend`, which times small graphs through the backend itself
-(so it works for any backend). Plugins may build on the same helpers and report
+Measuring: the ``rlx_calibrate`` hook of the plugin serving the backend, if it answers
+(per-kind tables it leaves out are added by :func:`measure_kind_costs`); otherwise
+:func:`measure_backend`, which times small graphs through the backend itself (so it
+works for any backend). Plugins may build on the same helpers and report
 progress with :func:`report_progress`. Nothing here calibrates implicitly except
 :func:`device_figures` with ``calibrate=True``; without a cache, figures are the
 nominal ones in :data:`NOMINAL`.
@@ -49,13 +50,16 @@ from ..runtime.options import CompileOptions
 from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
-           "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "report_progress",
-           "progress_reporter", "clear_memo", "probe_order", "thread_settings", "FORMAT_VERSION"]
+           "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "measure_vector",
+           "report_progress", "progress_reporter", "clear_memo", "probe_order", "thread_settings", "FORMAT_VERSION"]
 
 log = logging.getLogger("rlx.select.calibration")
 FORMAT_VERSION = 1
-# Vector lengths at which op kinds are timed (64 KiB and 4 MiB of f32).
+# Vector lengths at which op kinds are timed (64 KiB and 4 MiB of f32), and the time the
+# per-kind tables may take when a plugin's hook measured the rest.
 KIND_PROBE_SIZES = (1 << 14, 1 << 20)
+KIND_BUDGET_S = 3.0
+SEED_FIELDS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns")  # what a plugin's hook must give
 MEASURED_FIELDS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns", "dispatch_overhead_ns",
                    "vector_gflops")
 
@@ -77,7 +81,13 @@ _UNKNOWN_DEVICE = (50.0, 10.0, 50_000.0, 10_000.0, 5.0, None)
 
 @dataclass(frozen=True)
 class Calibration:
-    """Measured figures of one backend on one device (units in the field names)."""
+    """Measured figures of one backend on one device (units in the field names).
+
+    ``roundtrip_overhead_ns`` is paid once per run (host inputs in, outputs out, launch);
+    ``dispatch_overhead_ns`` once per executed node: for a backend that compiles the whole
+    graph into one program that is the marginal cost of one more node, near zero (the
+    per-kind ``kind_dispatch_ns`` pin it down where timed). Rates are peak (best-of) figures.
+    """
 
     backend: str
     device: str
@@ -331,6 +341,8 @@ def _measure_and_store(reg, entry, dev: Device) -> Calibration:
     figures = reg.calibrate(entry.name, dev)
     if figures is None:
         figures = measure_backend(backend, dev)
+    elif isinstance(figures, dict):
+        figures = _complete(backend, dev, figures)
     fingerprint = _fingerprint()
     try:
         calib = Calibration.from_dict({
@@ -344,7 +356,8 @@ def _measure_and_store(reg, entry, dev: Device) -> Calibration:
             "measured_s": round(time.perf_counter() - start, 3), "created": time.time()})
     except (ValueError, TypeError, AttributeError) as e:
         raise PluginError(f"calibration of backend '{entry.name}' (plugin '{entry.plugin}') returned bad figures: "
-                          f"{e}; expected a dict with positive {', '.join(MEASURED_FIELDS)}") from None
+                          f"{e}; expected a dict with positive {', '.join(SEED_FIELDS)} (and optionally "
+                          f"dispatch_overhead_ns, vector_gflops, transfer_bw_gbps)") from None
     path = calibration_path(entry.name, dev, fingerprint)
     _write_atomic(path, calib.to_json())
     with _MEMO_LOCK:
@@ -444,6 +457,27 @@ def measure_overheads(backend: Backend, device: Device | None = None, runs: int 
     return {"roundtrip_overhead_ns": max(medians[0] - dispatch, 1.0), "dispatch_overhead_ns": dispatch}
 
 
+def _complete(backend: Backend, device: Device, figures: dict) -> dict:
+    """A plugin's figures with what its hook left out measured generically through the
+    backend. Hooks must give the seed's three fields; ``dispatch_overhead_ns``,
+    ``vector_gflops`` and the per-kind tables are optional. The per-kind tables also pin
+    down the marginal cost of one more node, whatever the plugin's own dispatch figure
+    means (for a whole-graph compiler it is mostly a program launch)."""
+    out = dict(figures)
+    roundtrip = out.get("roundtrip_overhead_ns")
+    if not isinstance(roundtrip, (int, float)) or isinstance(roundtrip, bool) or roundtrip <= 0:
+        return out  # invalid anyway: Calibration.from_dict says why
+    if "dispatch_overhead_ns" not in out or "vector_gflops" not in out:
+        overheads = {**measure_overheads(backend, device), "roundtrip_overhead_ns": roundtrip}
+        out.setdefault("dispatch_overhead_ns", overheads["dispatch_overhead_ns"])
+        out.setdefault("vector_gflops", measure_vector(backend, device, overheads))
+    if "kind_dispatch_ns" not in out:
+        out["kind_dispatch_ns"], out["kind_ns_per_element"] = measure_kind_costs(
+            backend, device, roundtrip, time.perf_counter() + KIND_BUDGET_S)
+        out["kind_probe_sizes"] = list(KIND_PROBE_SIZES)
+    return out
+
+
 def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gflops: float | None = None,
                     budget_s: float = 2.5) -> dict:
     """Every figure of :class:`Calibration` by timing graphs through ``backend``.
@@ -451,12 +485,12 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
     * overheads: :func:`measure_overheads`;
     * ``memory_bw_gbps``: one ``add`` of two 16 MiB f32 vectors (bytes read + written over
       the time left after overheads; from host arrays, so a discrete device's bus shows);
-    * ``vector_gflops``: a chain of 8 ``tanh`` on 1 MiB vectors (8 FLOPs per element);
+    * ``vector_gflops``: :func:`measure_vector`;
     * ``sgemm_gflops``: a 512^3 f32 ``matmul`` (1024^3 if that was quick), unless the caller
       measured it; a backend without matmul gets its vector rate (it never runs a GEMM);
     * ``kind_dispatch_ns``, ``kind_ns_per_element``: :func:`measure_kind_costs` with what is
-      left of ``budget_s``
-      (the whole measurement stays near ``budget_s``: a loaded machine gets fewer kinds timed).
+      left of ``budget_s`` (the whole measurement stays near ``budget_s``: a loaded machine
+      gets fewer kinds timed).
     """
     deadline = time.perf_counter() + budget_s
     rng = np.random.default_rng(0)
@@ -471,11 +505,7 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
     out["memory_bw_gbps"] = 3 * 4 * n / max(best - fixed, 1.0)
 
     report_progress(0.25, "vector throughput")
-    n, length = 1 << 18, 8
-    g = _chain("tanh", n, length)  # bounded: an exp chain would overflow into inf arithmetic
-    best = min(_timed_runs(_compile(backend, g, device), _feeds(g, rng), 5))
-    per_node = (best - out["roundtrip_overhead_ns"]) / length - out["dispatch_overhead_ns"]
-    out["vector_gflops"] = 8.0 * n / max(per_node, 1.0)
+    out["vector_gflops"] = measure_vector(backend, device, out)
 
     report_progress(0.35, "GEMM throughput")
     if sgemm_gflops is None:
@@ -487,6 +517,16 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
     out["kind_probe_sizes"] = list(KIND_PROBE_SIZES)
     report_progress(1.0, "done")
     return out
+
+
+def measure_vector(backend: Backend, device: Device | None, overheads: dict) -> float:
+    """``vector_gflops``: a chain of 8 ``tanh`` (bounded, unlike ``exp``) on 1 MiB vectors,
+    8 FLOPs per element, ``overheads`` (roundtrip and dispatch) taken off."""
+    n, length = 1 << 18, 8
+    g = _chain("tanh", n, length)
+    best = min(_timed_runs(_compile(backend, g, device), _feeds(g, np.random.default_rng(0)), 5))
+    per_node = (best - overheads["roundtrip_overhead_ns"]) / length - overheads["dispatch_overhead_ns"]
+    return 8.0 * n / max(per_node, 1.0)
 
 
 def _measure_sgemm(backend: Backend, device: Device | None, fixed: float, deadline: float) -> float | None:

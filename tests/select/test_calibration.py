@@ -140,6 +140,34 @@ def test_fusion_comes_from_advisory_capabilities(helpers):
     assert not device_figures("cpu").fuses_elementwise
 
 
+class PartialCalibrator:
+    """A plugin measuring only what the hook specification asks: the seed's three figures."""
+
+    def __init__(self, **extra):
+        self.extra = extra
+
+    @hookimpl
+    def rlx_calibrate(self, backend, device):
+        if backend != "fake-gpu":
+            return None
+        return {"sgemm_gflops": 900.0, "memory_bw_gbps": 90.0, "roundtrip_overhead_ns": 20_000.0, **self.extra}
+
+
+def test_what_a_plugins_hook_leaves_out_is_measured_generically(fakes):
+    register_backends(PartialCalibrator())
+    calib = calibrate("gpu")
+    assert (calib.sgemm_gflops, calib.memory_bw_gbps, calib.roundtrip_overhead_ns) == (900.0, 90.0, 20_000.0)
+    assert calib.dispatch_overhead_ns > 0 and calib.vector_gflops > 0
+    assert "add" in calib.kind_dispatch_ns and "add" in calib.kind_ns_per_element
+
+
+def test_a_plugins_optional_figures_are_kept(fakes):
+    register_backends(PartialCalibrator(dispatch_overhead_ns=15_000.0, vector_gflops=77.0, transfer_bw_gbps=25.0))
+    calib = calibrate("gpu")
+    assert (calib.dispatch_overhead_ns, calib.vector_gflops, calib.transfer_bw_gbps) == (15_000.0, 77.0, 25.0)
+    assert "add" in calib.kind_dispatch_ns
+
+
 class BadCalibrator:
     @hookimpl
     def rlx_calibrate(self, backend, device):
