@@ -571,8 +571,8 @@ def measure_kind_costs(backend: Backend, device: Device | None, roundtrip_ns: fl
       that prepare or check a lot cost more per call than a plain numpy ufunc.
     * ``per_element[kind]``: for kinds that work on one or two f32 vectors (elementwise,
       reductions, norms, ...), ns per element at the two ``sizes`` (in cache and out of
-      most caches: kernels that make temporaries slow down more than linearly), the tiny
-      run subtracted. GEMM kinds are left to ``sgemm_gflops``.
+      most caches: kernels that make temporaries slow down more than linearly), see
+      :func:`_per_element`. GEMM kinds are left to ``sgemm_gflops``.
 
     Kinds still left when ``deadline`` passes are skipped (:data:`COMMON_KINDS` go first):
     their nodes use the generic dispatch figure and the FLOP rates.
@@ -594,18 +594,32 @@ def measure_kind_costs(backend: Backend, device: Device | None, roundtrip_ns: fl
             continue
         times = []
         for n in sizes:
-            t = _best_time(backend, device, _single_node(kind, None, n), rng)
+            t = _per_element(backend, device, kind, n, tiny, rng)
             if t is None:
                 break
-            times.append(max(t - tiny, 1.0) / n)
+            times.append(t)
         if len(times) == len(sizes):
             per_element[kind] = times
     return dispatch, per_element
 
 
-def _single_node(kind: str, shapes: list | None, n: int = 1) -> Graph | None:
+def _per_element(backend, device, kind: str, n: int, tiny: float, rng) -> float | None:
+    """ns per element of one ``kind`` node on vectors of ``n``. Shape-preserving kinds: the
+    time a second node adds to a one-node graph, i.e. without the graph's input and output
+    transfers and, on a fusing backend, as fused (the marginal cost the cost model adds
+    per node). Others (reductions, ...): the one-node time less the tiny run's."""
+    single = _best_time(backend, device, _single_node(kind, None, n), rng)
+    if single is None:
+        return None
+    double = _best_time(backend, device, _single_node(kind, None, n, length=2), rng)
+    base = single if double is not None else tiny
+    return max((double if double is not None else single) - base, 1.0) / n
+
+
+def _single_node(kind: str, shapes: list | None, n: int = 1, length: int = 1) -> Graph | None:
     """One ``kind`` node with default attributes on f32 inputs of ``shapes`` (default: one or
-    two vectors of ``n``), or None if the kind cannot be built that way."""
+    two vectors of ``n``), or None if the kind cannot be built that way. ``length=2`` chains
+    a second node onto the first's output (None unless the kind keeps the input's shape)."""
     schema = get_schema(kind)
     if schema.dtypes is not None and DType.F32 not in schema.dtypes:
         return None
@@ -613,10 +627,14 @@ def _single_node(kind: str, shapes: list | None, n: int = 1) -> Graph | None:
         if schema.min_inputs not in (1, 2):
             return None
         shapes = [(n,)] * schema.min_inputs
-    g = Graph(f"calib-{kind}-{n}")
+    g = Graph(f"calib-{kind}-{length}x{n}")
     try:
         xs = [g.input(f"x{i}", Shape(dims, "f32")) for i, dims in enumerate(shapes)]
         outs = g.op(kind, *xs)
+        for _ in range(length - 1):
+            if isinstance(outs, tuple) or outs.shape != xs[0].shape:
+                return None
+            outs = g.op(kind, outs, *xs[1:])
     except RlxError:
         return None
     g.set_outputs(list(outs) if isinstance(outs, tuple) else [outs])
