@@ -148,21 +148,30 @@ def ensure_cpu_plugin() -> None:
 
 def measure(runner: GraphDevices, inputs, max_runs: int, budget_s: float, rounds: int = 3) -> dict:
     """``{device: (best ns, median ns)}``: timed runs sized to the budget, in ``rounds``
-    interleaved rounds; the best run and the lowest round median count.
+    interleaved rounds; the best run and the lowest round median count. A device whose
+    first run is already 3x slower than the best seen is not timed further (it cannot be
+    within 10% of the fastest; lavapipe takes seconds per large matmul).
 
     The pick is judged on the best run (as ``timeit`` advises): the cost model predicts an
     undisturbed run from best-of calibration figures, and on a shared machine the
     medians carry other processes' bursts, which land on devices unevenly."""
     best: dict = {}
+    far_behind: set = set()
     for _ in range(rounds):
-        for dev in runner.devices():
-            compiled = runner.compile(dev)
-            t0 = time.perf_counter()
-            compiled.run(inputs)
-            first = time.perf_counter() - t0
-            runs = int(min(max_runs, max(3, budget_s / rounds / max(first, 1e-6))))
-            result = runner.benchmark(inputs, runs, devices=[dev])[0]
+        for dev in runner.ranked():  # likely fastest first, so the cut-off bites early
+            if dev in far_behind:
+                continue
             low, median = best.get(dev, (float("inf"), float("inf")))
+            compiled = runner.compile(dev)
+            t0 = time.perf_counter_ns()
+            compiled.run(inputs)
+            first = time.perf_counter_ns() - t0
+            if best and first > 3 * min(b[0] for b in best.values()):
+                far_behind.add(dev)
+                best[dev] = (min(low, first), min(median, first))
+                continue
+            runs = int(min(max_runs, max(3, budget_s / rounds / max(first / 1e9, 1e-6))))
+            result = runner.benchmark(inputs, runs, devices=[dev])[0]
             best[dev] = (min(low, result.min_ns), min(median, result.median_ns))
     return best
 
