@@ -57,7 +57,7 @@ def attention(q, k, v, *mask_input, mask, window, scale, softcap):
     group = q.shape[1] // k.shape[1]
     if group > 1:  # query head h reads kv head h // group
         k, v = jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1)
-    scores = jnp.matmul(q, jnp.swapaxes(k, -1, -2), **contraction(q.dtype)).astype(compute)
+    scores = jnp.einsum("bhqd,bhkd->bhqk", q, k, **contraction(q.dtype)).astype(compute)
     scores = scores * np.asarray(scale, compute)
     if softcap is not None:
         scores = softcap * jnp.tanh(scores / softcap)
@@ -67,11 +67,25 @@ def attention(q, k, v, *mask_input, mask, window, scale, softcap):
         visible = _visible_keys(mask, q.shape[2], k.shape[2], window, mask_input)
         if visible is not None:
             scores = jnp.where(visible, scores, -jnp.inf)
-    top = jnp.max(scores, axis=-1, keepdims=True, initial=-jnp.inf)
-    weights = jnp.exp(scores - jnp.where(jnp.isneginf(top), 0, top))  # rows without keys: all 0
+    return _softmax_product(scores, v.astype(compute))
+
+
+def _softmax_product(scores, v):
+    """``softmax(scores) @ v`` as the reference computes it -- ``exp(s - max s) @ v`` divided
+    by the row sum -- with rows without a visible key (all scores -inf) giving zeros.
+
+    The guard is written so that XLA keeps the max, the exponentials and the sum in one
+    fusion: the max is taken of the scores floored at the lowest finite value (a floor
+    below every finite score, so only an all -inf row sees it, and its exponentials are
+    then exp(-inf) = 0), and the sum is divided out after ``max(total, 1)`` (a row's sum
+    is 0 exactly when it has no visible key, else >= 1: its largest term is exp(0)).
+    NaN and +inf propagate as in the reference.
+    """
+    floor = np.finfo(scores.dtype).min
+    top = jnp.max(jnp.maximum(scores, floor), axis=-1, keepdims=True, initial=None if scores.shape[-1] else floor)
+    weights = jnp.exp(scores - top)
     total = jnp.sum(weights, axis=-1, keepdims=True)
-    out = jnp.matmul(weights, v.astype(compute), **contraction(compute))
-    return out / jnp.where(total == 0, 1, total)
+    return jnp.einsum("bhqk,bhkd->bhqd", weights, v, **contraction(v.dtype)) / jnp.maximum(total, 1)
 
 
 def _visible_keys(mode, sq, sk, window, mask_input):
