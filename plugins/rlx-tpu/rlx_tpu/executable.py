@@ -54,6 +54,11 @@ class Program:
         rng = RngState(mode, seed) if self.draws_random else None
         return trace_graph(self.graph, {**params, **inputs}, LowerContext(self.device.platform, rng, self._extra))
 
+    @property
+    def compiled_modes(self) -> tuple[str, ...]:
+        """The rng modes compiled so far (empty for a graph that draws nothing)."""
+        return tuple(sorted(mode for mode in self._compiled if mode is not None))
+
     def executable(self, rng_mode: str):
         """The XLA executable for ``rng_mode`` (one for all modes when nothing is random)."""
         key = rng_mode if self.draws_random else None
@@ -144,11 +149,9 @@ class TpuExecutable(ExecutableGraph):
         """An input as the program takes it: numpy as is (the call transfers it), JAX
         arrays moved to the program's device if they live elsewhere, DLPack arrays imported."""
         import jax
-        if isinstance(value, np.ndarray):
-            return value
-        if not isinstance(value, jax.Array):
+        if not isinstance(value, (np.ndarray, jax.Array)):
             value = self._import(f"input '{name}'", value, copy=None)
-        if value.devices() != {self.program.device}:
+        if isinstance(value, jax.Array) and value.devices() != {self.program.device}:
             value = jax.device_put(value, self.program.device)
         return value
 
@@ -161,6 +164,7 @@ class TpuExecutable(ExecutableGraph):
             return jax.dlpack.from_dlpack(value, copy=copy)
         except Exception as e:
             if hasattr(value, "__array__"):
-                return np.array(value)
+                host = np.asarray(value)
+                return host.copy() if copy else host
             raise InputError(f"{what}: cannot import {type(value).__name__} through DLPack ({e}); "
                              f"pass a numpy array or a contiguous device array") from None
