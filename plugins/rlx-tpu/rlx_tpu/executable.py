@@ -136,11 +136,12 @@ class TpuExecutable(ExecutableGraph):
         return results
 
     def _private(self, value: Any) -> Any:
-        """A param value no caller can change afterwards: numpy arrays are copied (XLA:CPU
-        would otherwise alias their memory), DLPack arrays imported as copies."""
+        """A param value no caller can change afterwards: numpy arrays are copied for
+        XLA:CPU (which would otherwise alias their memory; other platforms copy them to the
+        device anyway), DLPack arrays imported as copies."""
         import jax
         if isinstance(value, np.ndarray):
-            return np.array(value)
+            return np.array(value) if self.program.device.platform == "cpu" else value
         if isinstance(value, jax.Array):
             return value  # immutable
         return self._import("param", value, copy=True)

@@ -1,15 +1,18 @@
 """The tpu backend beyond op semantics: platform choice and availability, the program
 cache, params on the device, inputs and outputs of every kind, control flow compiled
 into the XLA program, custom op lowerings, legalization, options and calibration."""
+import os
 import subprocess
 import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
-from rlx_core import CompileOptions, CustomOp, Graph, Session, evaluate, register_custom_op
+from rlx_core import Attr, CompileOptions, CustomOp, Graph, Session, evaluate, register_custom_op
 from rlx_core.errors import InputError, PolicyError, UnsupportedOpError
 from rlx_core.ir import all_schemas
 from rlx_core.ir.dtypes import FLOATS
@@ -21,7 +24,13 @@ from rlx_tpu import platform
 from rlx_tpu.backend import TpuBackend
 from rlx_tpu.lowering import LOWERINGS
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
 PLATFORM = platform.requested_platform()
+PLUGIN_ROOT = Path(__file__).resolve().parents[1]
 ON_DEVICE = CompileOptions(backend={"outputs": "jax"})
 
 
@@ -70,12 +79,38 @@ def test_a_real_tpu_needs_libtpu(monkeypatch):
     assert not cheap.ok and "libtpu" in cheap.reason and "RLX_TPU_PLATFORM=cpu or gpu" in cheap.reason
 
 
-def test_rlx_devices_shows_the_stand_in(tmp_path):
-    code = "import rlx_tpu.plugin, rlx_core; rlx_core.register_backends(rlx_tpu.plugin); " \
-           "from rlx_core.cli import main; main(['devices'])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
-                         env={**__import__("os").environ, "RLX_DISABLE_PLUGIN_AUTOLOAD": "1"}).stdout
-    row = next(line for line in out.splitlines() if line.startswith("tpu"))
+def _installed_here(root: Path) -> dict:
+    """Environment of a child process that finds rlx-tpu through its entry point: the
+    distribution's metadata (as pip writes it) in ``root``, its package on the path."""
+    dist = root / "rlx_tpu-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlx-tpu\nVersion: 0.1.0\n")
+    pyproject = tomllib.loads((PLUGIN_ROOT / "pyproject.toml").read_text())
+    entry_points = pyproject["project"]["entry-points"]["rlx.backends"]
+    (dist / "entry_points.txt").write_text("[rlx.backends]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
+    path = os.pathsep.join([str(root), str(PLUGIN_ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path, "RLX_PLUGINS": "tpu"}
+
+
+def test_entry_point_discovery_and_rlx_devices(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np
+        from rlx_core import Graph, Session
+        from rlx_core.cli import main
+        from rlx_core.runtime import registry
+        record = next(p for p in registry().plugins if p.name == "tpu")
+        print(record.status, record.distribution)
+        g = Graph("g")
+        g.set_outputs([g.exp(g.input("x", (2,)))])
+        print(Session("tpu").compile(g).run({"x": np.zeros(2, np.float32)})[0])
+        main(["devices"])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=_installed_here(tmp_path))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "loaded rlx-tpu" and lines[1] == "[1. 1.]"
+    row = next(line for line in lines if line.startswith("tpu"))
     assert "yes" in row and f"standing in for a TPU (RLX_TPU_PLATFORM={PLATFORM})" in row
 
 
@@ -215,8 +250,8 @@ def _swish_reference(x, *, beta):
     return x / (1 + np.exp(-beta * x))
 
 
-SWISH = CustomOp("tpu_test.swish", _rule, _swish_reference, attrs={"beta": __import__("rlx_core").Attr("float", 1.0)},
-                 dtypes=FLOATS, doc="x * sigmoid(beta * x)")
+SWISH = CustomOp("tpu_test.swish", _rule, _swish_reference, attrs={"beta": Attr("float", 1.0)}, dtypes=FLOATS,
+                 doc="x * sigmoid(beta * x)")
 
 
 class SwishLowering:

@@ -1,6 +1,7 @@
 """benchmarks/tpu_block.py compares like with like: its RLX graph, its hand-written JAX
 block and the reference interpreter compute the same transformer block."""
 import importlib.util
+import json
 from pathlib import Path
 
 import jax
@@ -37,6 +38,6 @@ def test_rlx_and_hand_written_blocks_agree(bench, dtype):
 def test_benchmark_writes_its_results(bench, tmp_path):
     out = tmp_path / "tpu.json"
     assert bench.main(["--batch", "1", "--seq", "8", "--d-model", "32", "--repeats", "3", "--output", str(out)]) == 0
-    result = __import__("json").loads(out.read_text())
+    result = json.loads(out.read_text())
     assert set(result["median_ms"]) == {"rlx_device", "jax_device", "jax_idiomatic_device", "rlx_host", "jax_host"}
     assert result["max_abs_diff_rlx_vs_jax"] < 1e-3 * max(result["output_scale"], 1)
