@@ -6,8 +6,8 @@ the XLA executable and only gets params of its own.
 
 Backend options (``CompileOptions(backend={...})``):
 
-* ``outputs``: ``"numpy"`` (default; writable host arrays) or ``"jax"`` (the device
-  arrays, no copy, not waited for).
+* ``outputs``: ``"numpy"`` (default; read-only host arrays, see ``executable``) or
+  ``"jax"`` (the device arrays, no copy, not waited for).
 * ``device_index``: which of the platform's devices runs the program (default 0).
 """
 from __future__ import annotations

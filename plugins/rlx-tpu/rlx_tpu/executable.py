@@ -4,9 +4,13 @@ executables that run them with their own params.
 Data flow of a run: params live on the device from ``set_param`` on and are never
 uploaded again; inputs may be numpy arrays (transferred by the call), JAX arrays (used
 where they are) or any DLPack array (imported without a copy where the producer allows
-it); outputs come back as writable numpy arrays, into the caller's ``out=`` arrays, or
--- with ``CompileOptions(backend={"outputs": "jax"})`` -- as the JAX arrays themselves,
-still on the device and not waited for.
+it); outputs come back as numpy arrays, into the caller's ``out=`` arrays, or -- with
+``CompileOptions(backend={"outputs": "jax"})`` -- as the JAX arrays themselves, still on
+the device and not waited for.
+
+Numpy outputs are what ``np.asarray`` makes of the results: a view of XLA:CPU's buffer,
+one device-to-host copy elsewhere, read-only either way (``np.array(out)`` gives a
+writable copy). Every run returns new arrays; none is ever overwritten by a later run.
 """
 from __future__ import annotations
 
@@ -32,8 +36,8 @@ OUTPUT_KINDS = ("numpy", "jax")
 class Program:
     """One graph lowered to JAX and compiled by XLA for one device.
 
-    The program's arguments are the params and inputs (by name) and, when the graph
-    draws random numbers, the run's seed; the rng mode is part of the program, so each
+    The program's arguments are the params and the inputs (tuples in the graph's
+    declaration order) and, when the graph draws random numbers, the run's seed; the rng mode is part of the program, so each
     mode in use is compiled once (the first when the program is made, others on first
     use). Programs are immutable after that and shared by every executable of an equal
     graph (see ``TpuBackend``).
@@ -44,6 +48,7 @@ class Program:
         self.graph = graph
         self.device = device
         self.draws_random = draws_random(graph)
+        self.param_names, self.input_names = tuple(graph.param_names), tuple(graph.input_names)
         self._extra = dict(extra_lowerings)
         self._traced = jax.jit(self._trace, static_argnames="mode")
         self._compiled: dict[str | None, Any] = {}
@@ -52,7 +57,8 @@ class Program:
 
     def _trace(self, params, inputs, seed, mode):
         rng = RngState(mode, seed) if self.draws_random else None
-        return trace_graph(self.graph, {**params, **inputs}, LowerContext(self.device.platform, rng, self._extra))
+        sources = dict(zip(self.param_names + self.input_names, params + inputs))
+        return trace_graph(self.graph, sources, LowerContext(self.device.platform, rng, self._extra))
 
     @property
     def compiled_modes(self) -> tuple[str, ...]:
@@ -77,8 +83,8 @@ class Program:
 
         def spec(node):
             return jax.ShapeDtypeStruct(tuple(node.attrs["dims"]), node.attrs["dtype"].np, sharding=on_device)
-        params = {n.attrs["name"]: spec(n) for n in self.graph.param_nodes}
-        inputs = {n.attrs["name"]: spec(n) for n in self.graph.input_nodes}
+        params = tuple(spec(n) for n in self.graph.param_nodes)
+        inputs = tuple(spec(n) for n in self.graph.input_nodes)
         seed = jax.ShapeDtypeStruct((), np.uint64, sharding=on_device) if self.draws_random else None
         return params, inputs, seed
 
@@ -93,6 +99,7 @@ class TpuExecutable(ExecutableGraph):
         self.program = program
         self.outputs = outputs
         self._params: dict[str, Any] = {}
+        self._param_args: tuple = ()
         self._seed = None
         self._tracer = Tracer(program.graph.name, "tpu") if options.tracing else None
         self.set_rng(options.rng)
@@ -102,7 +109,9 @@ class TpuExecutable(ExecutableGraph):
         import jax
         with x64():
             uploaded = jax.device_put(self._private(value), self.program.device)
-        self._params = {**self._params, name: uploaded}  # a new dict: runs in flight keep theirs
+        self._params = {**self._params, name: uploaded}
+        if len(self._params) == len(self.program.param_names):  # all set: the program's argument
+            self._param_args = tuple(self._params[n] for n in self.program.param_names)
 
     def set_rng(self, rng: RngOptions) -> None:
         import jax
@@ -114,9 +123,9 @@ class TpuExecutable(ExecutableGraph):
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
         executable = self.program.executable(self.rng.mode)
         with x64():
-            feeds = {name: self._on_device(name, value) for name, value in inputs.items()}
+            feeds = tuple(self._on_device(name, inputs[name]) for name in self.program.input_names)
             if self._tracer is None:
-                results = executable(self._params, feeds, self._seed)
+                results = executable(self._param_args, feeds, self._seed)
             else:
                 results = self._traced_call(executable, feeds)
         if out is not None:
@@ -125,13 +134,13 @@ class TpuExecutable(ExecutableGraph):
             return list(out)
         if self.outputs == "jax":
             return list(results)
-        return [np.array(res) for res in results]  # writable host arrays of their own
+        return [np.asarray(res) for res in results]
 
     # --- helpers ----------------------------------------------------------------------
     def _traced_call(self, executable, feeds):
         import jax
         with self._tracer.span(f"{self.program.graph.name} (one XLA program)", "program"):
-            results = jax.block_until_ready(executable(self._params, feeds, self._seed))
+            results = jax.block_until_ready(executable(self._param_args, feeds, self._seed))
         self._tracer.end_run()
         return results
 

@@ -155,11 +155,14 @@ def test_params_stay_on_the_device_and_are_copies():
     assert_close(np.asarray(out), want, "f32")
 
 
-def test_outputs_are_writable_numpy_arrays_or_fill_out_buffers():
+def test_outputs_are_new_numpy_arrays_or_fill_out_buffers():
     compiled = Session("tpu").compile(_dense())
     compiled.set_params(_params())
     out = compiled.run({"x": X})[0]
-    assert isinstance(out, np.ndarray) and out.flags.writeable
+    later = compiled.run({"x": 2 * X})[0]  # a later run leaves earlier outputs alone
+    assert isinstance(out, np.ndarray) and out.shape == (2, 4) and out.dtype == np.float32
+    assert_close(out, _want(_params()), "f32")
+    assert_close(later, _want(_params(), 2 * X), "f32")
     buffer = np.empty((2, 4), np.float32)
     assert compiled.run({"x": X}, out=[buffer])[0] is buffer
     assert_close(buffer, _want(_params()), "f32")
