@@ -216,6 +216,7 @@ def run_benchmark(cfg: dict, repeats: int) -> dict:
     return {
         "platform": platform, "device_kind": device.device_kind, "jax": jax.__version__,
         "python": host_platform.python_version(), "host": host_platform.machine(), "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),  # other work on the machine while it was measured
         "config": cfg, "repeats": repeats, "median_ms": medians_ms,
         "overhead_device": _paired_overhead(times["rlx_device"], times["jax_device"]),
         "overhead_host": _paired_overhead(times["rlx_host"], times["jax_host"]),
