@@ -198,6 +198,14 @@ def test_concurrent_runs_agree():
     assert len(results) == 80 and all(np.array_equal(r, results[0]) for r in results)
 
 
+def test_traced_runs_report_the_program(caplog):
+    compiled = Session("tpu").compile(_dense("traced"), CompileOptions(trace=True))
+    compiled.set_params(_params())
+    with caplog.at_level("INFO", logger="rlx.trace"):
+        assert_close(compiled.run({"x": X})[0], _want(_params()), "f32")
+    assert "traced on tpu: 1 ops" in caplog.text and "(one XLA program)" in caplog.text
+
+
 def test_backend_options_are_checked():
     session = Session("tpu")
     with pytest.raises(PolicyError, match=r"options \['arena'\] are unknown"):

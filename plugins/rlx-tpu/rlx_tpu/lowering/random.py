@@ -5,7 +5,9 @@ The three modes of ``RngOptions``:
 * ``philox``: the program computes the u32 stream of ``rlx_core.rng.philox_u32`` bit for
   bit, in u32 words with ``mulhi`` taken from u64 products (x64 is on in the plugin's
   scope), then maps it to numbers exactly as ``rlx_core.rng.draw`` does. Uniforms
-  therefore equal the CPU backend's; normals agree to a few ulp (``log``/``cos``).
+  therefore equal the CPU backend's bit for bit where the platform has f64 (see
+  ``_f32_affine``; on TPUs the last bit is as exact as XLA:TPU's f32 multiply-add);
+  normals agree to a few ulp (``log``/``cos``).
 * ``ort``: a host callback (``jax.pure_callback``) runs ``rlx_core.rng.draw`` itself --
   onnxruntime's generator is a sequential rejection loop that has no place on a device.
 * ``zero``: zeros.
