@@ -279,6 +279,10 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args(argv)
+    try:
+        import rlx_core  # noqa: F401
+    except ImportError as e:
+        raise SystemExit(f"cannot import rlx_core ({e}); it needs numpy, ml_dtypes and pluggy") from None
     cfg = block_config(args.batch, args.seq, args.d_model, args.heads, args.ffn, args.dtype)
     result = run_benchmark(cfg, args.repeats)
     print(report(result))
