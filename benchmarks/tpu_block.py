@@ -11,12 +11,14 @@ Two models compute it from the same weights:
 
 * ``rlx``: the block built with the RLX builder API, compiled by the tpu backend;
 * ``jax``: the same block written directly in JAX and ``jax.jit``-ed, with the numbers
-  RLX defines: 16-bit values computed in f32 and rounded once per op, matmuls on 16-bit
-  operands accumulating in f32, f32 matmuls at full precision (no TF32 / bf16 passes).
+  RLX defines: 16-bit values computed in f32 and rounded once per op (residual and bias
+  adds included), matmuls on 16-bit operands accumulating in f32, f32 matmuls at full
+  precision (no TF32 / bf16 passes).
 
 A third, ``jax_idiomatic``, is the block as JAX code usually writes it (XLA's default
-matmul precision, softmax weights rounded to the block's dtype before the value product):
-not the same numbers, shown to tell what RLX's definitions cost.
+matmul precision, 16-bit arithmetic left to XLA -- which may keep f32 between fused
+ops -- and softmax weights rounded to the block's dtype before the value product): not
+the same numbers, shown to tell what RLX's definitions cost.
 
 Timings alternate between the models: ``--repeats`` rounds after a warm-up, each
 calling every model once in a shuffled order. "device" timings keep inputs and outputs
@@ -109,17 +111,18 @@ def jax_block(cfg: dict, idiomatic: bool = False):
         return t.reshape(b, s, h, d // h).transpose(0, 2, 1, 3)
 
     def block(w, x):
-        qkv = ops.matmul(ops.layer_norm(x, w["ln1_g"], w["ln1_b"]), w["w_qkv"]) + w["b_qkv"]
+        add = ops.add
+        qkv = add(ops.matmul(ops.layer_norm(x, w["ln1_g"], w["ln1_b"]), w["w_qkv"]), w["b_qkv"])
         q, k, v = (heads(t) for t in jnp.split(qkv, 3, axis=-1))
         attn = ops.attention(q, k, v).transpose(0, 2, 1, 3).reshape(b, s, d)
-        hidden = x + (ops.matmul(attn, w["w_o"]) + w["b_o"])
-        up = ops.gelu(ops.matmul(ops.layer_norm(hidden, w["ln2_g"], w["ln2_b"]), w["w_1"]) + w["b_1"])
-        return hidden + (ops.matmul(up, w["w_2"]) + w["b_2"])
+        hidden = add(x, add(ops.matmul(attn, w["w_o"]), w["b_o"]))
+        up = ops.gelu(add(ops.matmul(ops.layer_norm(hidden, w["ln2_g"], w["ln2_b"]), w["w_1"]), w["b_1"]))
+        return add(hidden, add(ops.matmul(up, w["w_2"]), w["b_2"]))
     return block
 
 
 def _rlx_numerics_ops(head_dim: int):
-    """matmul, layer_norm, attention and gelu with the numbers RLX defines."""
+    """add, matmul, layer_norm, attention and gelu with the numbers RLX defines."""
     import jax.numpy as jnp
     from jax import lax
     f32, full = jnp.float32, lax.Precision.HIGHEST
@@ -145,7 +148,8 @@ def _rlx_numerics_ops(head_dim: int):
         return (out / jnp.sum(weights, axis=-1, keepdims=True)).astype(v.dtype)
 
     gelu = in_f32(lambda t: 0.5 * t * (1 + lax.erf(t / np.sqrt(2).astype(np.float32))))
-    return argparse.Namespace(matmul=matmul, layer_norm=layer_norm, attention=attention, gelu=gelu)
+    return argparse.Namespace(add=in_f32(jnp.add), matmul=matmul, layer_norm=layer_norm, attention=attention,
+                              gelu=gelu)
 
 
 def _idiomatic_ops(head_dim: int):
@@ -161,7 +165,7 @@ def _idiomatic_ops(head_dim: int):
         scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(head_dim).astype(q.dtype)
         return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(scores, axis=-1), v)
 
-    return argparse.Namespace(matmul=jnp.matmul, layer_norm=layer_norm, attention=attention,
+    return argparse.Namespace(add=jnp.add, matmul=jnp.matmul, layer_norm=layer_norm, attention=attention,
                               gelu=lambda t: jax.nn.gelu(t, approximate=False))
 
 
