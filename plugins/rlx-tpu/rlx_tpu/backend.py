@@ -1,8 +1,9 @@
 """The tpu backend: every op kind lowered to JAX, compiled once per graph by XLA.
 
-``compile`` looks the graph up in a program cache keyed by the graph's fingerprint and
-the compile options (precision included): a second compile of an equal graph reuses
-the XLA executable and only gets params of its own.
+``compile`` looks the graph up in a program cache keyed by what the XLA program depends
+on: the graph's fingerprint, the precision policy, the device and the plugin lowerings
+in use. A second compile of an equal graph (also with other output kinds or tracing)
+reuses the XLA executable and only gets params of its own.
 
 Backend options (``CompileOptions(backend={...})``):
 
@@ -64,12 +65,12 @@ class TpuBackend(Backend):
     def compile(self, graph: Graph, options: CompileOptions) -> TpuExecutable:
         knobs = _backend_options(options)
         program = self._program(graph, options, knobs["device_index"])
-        return TpuExecutable(program, options, knobs["outputs"])
+        return TpuExecutable(program, graph.name, options, knobs["outputs"])
 
     def _program(self, graph: Graph, options: CompileOptions, device_index: int) -> Program:
         """The cached program of an equal graph, or a new one (compiled now)."""
         extra = registry().op_kernels(self.name)
-        key = (graph.fingerprint(), options.cache_key(), device_index, tuple(sorted(extra)))
+        key = (graph.fingerprint(), options.precision.value, device_index, tuple(sorted(extra)))
         with self._lock:
             program = self._programs.get(key)
             if program is not None:

@@ -95,13 +95,14 @@ class TpuExecutable(ExecutableGraph):
     capabilities = frozenset({"typed_io", "out_buffers", "dlpack", "gpu_handles", "control_flow",
                               "fused_elementwise"})
 
-    def __init__(self, program: Program, options: CompileOptions, outputs: str):
+    def __init__(self, program: Program, name: str, options: CompileOptions, outputs: str):
         self.program = program
+        self.name = name  # this graph's, for traces (the program may be another equal graph's)
         self.outputs = outputs
         self._params: dict[str, Any] = {}
         self._param_args: tuple = ()
         self._seed = None
-        self._tracer = Tracer(program.graph.name, "tpu") if options.tracing else None
+        self._tracer = Tracer(name, "tpu") if options.tracing else None
         self.set_rng(options.rng)
 
     # --- ExecutableGraph --------------------------------------------------------------
@@ -139,7 +140,7 @@ class TpuExecutable(ExecutableGraph):
     # --- helpers ----------------------------------------------------------------------
     def _traced_call(self, executable, feeds):
         import jax
-        with self._tracer.span(f"{self.program.graph.name} (one XLA program)", "program"):
+        with self._tracer.span(f"{self.name} (one XLA program)", "program"):
             results = jax.block_until_ready(executable(self._param_args, feeds, self._seed))
         self._tracer.end_run()
         return results

@@ -132,6 +132,7 @@ def test_programs_are_cached_per_fingerprint_and_precision():
     session = Session("tpu")
     first, second = session.compile(_dense("a")), session.compile(_dense("b"))  # equal graphs, other names
     assert first.executable.program is second.executable.program
+    assert session.compile(_dense(), ON_DEVICE).executable.program is first.executable.program
     assert session.compile(_dense(), CompileOptions(precision="bf16")).executable.program \
         is not first.executable.program
     params_a, params_b = _params(1), _params(2)  # one program, params of their own
