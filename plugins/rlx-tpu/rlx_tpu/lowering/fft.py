@@ -30,15 +30,13 @@ def irfft(x, *, n, axis, norm):
     imaginary parts that a real signal cannot have (bin 0 and, for even ``n``, bin
     ``n/2``) are dropped explicitly: the op ignores them, and not every FFT library does."""
     bins = n // 2 + 1
-    size = x.shape[axis]
-    x = lax.slice_in_dim(x, 0, min(size, bins), axis=axis)
-    if size < bins:
-        x = jnp.concatenate([x, jnp.zeros(x.shape[:axis] + (bins - size,) + x.shape[axis + 1:], x.dtype)], axis)
-    real_only = np.zeros(bins, bool)
-    real_only[0] = True
-    real_only[-1] |= n % 2 == 0
-    keep_imag = (~real_only).astype(jnp.real(x).dtype).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
-    x = lax.complex(jnp.real(x), jnp.imag(x) * keep_imag)
+    x = lax.slice_in_dim(x, 0, min(x.shape[axis], bins), axis=axis)
+    x = jnp.pad(x, [(0, bins - x.shape[axis]) if i == axis else (0, 0) for i in range(x.ndim)])
+    keep_imag = np.ones(bins, bool)
+    keep_imag[0] = False
+    keep_imag[-1] &= n % 2 == 1
+    keep_imag = keep_imag.reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+    x = lax.complex(jnp.real(x), jnp.where(keep_imag, jnp.imag(x), 0))
     return jnp.fft.irfft(x, n=n, axis=axis, norm=norm)
 
 
