@@ -37,10 +37,10 @@ class Program:
     """One graph lowered to JAX and compiled by XLA for one device.
 
     The program's arguments are the params and the inputs (tuples in the graph's
-    declaration order) and, when the graph draws random numbers, the run's seed; the rng mode is part of the program, so each
-    mode in use is compiled once (the first when the program is made, others on first
-    use). Programs are immutable after that and shared by every executable of an equal
-    graph (see ``TpuBackend``).
+    declaration order) and, when the graph draws random numbers, the run's seed. The
+    rng mode is part of the program, so each mode in use is compiled once: the first
+    when the program is made, others on first use. Programs are immutable after that
+    and shared by every executable of an equal graph (see ``TpuBackend``).
     """
 
     def __init__(self, graph: Graph, device, extra_lowerings: Mapping[str, Any], rng_mode: str):
@@ -57,8 +57,8 @@ class Program:
 
     def _trace(self, params, inputs, seed, mode):
         rng = RngState(mode, seed) if self.draws_random else None
-        sources = dict(zip(self.param_names + self.input_names, params + inputs))
-        return trace_graph(self.graph, sources, LowerContext(self.device.platform, rng, self._extra))
+        bound = dict(zip(self.param_names + self.input_names, params + inputs))
+        return trace_graph(self.graph, bound, LowerContext(self.device.platform, rng, self._extra))
 
     @property
     def compiled_modes(self) -> tuple[str, ...]:

@@ -87,7 +87,8 @@ def _installed_here(root: Path) -> dict:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlx-tpu\nVersion: 0.1.0\n")
     pyproject = tomllib.loads((PLUGIN_ROOT / "pyproject.toml").read_text())
     entry_points = pyproject["project"]["entry-points"]["rlx.backends"]
-    (dist / "entry_points.txt").write_text("[rlx.backends]\n" + "".join(f"{k} = {v}\n" for k, v in entry_points.items()))
+    lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
+    (dist / "entry_points.txt").write_text("[rlx.backends]\n" + lines)
     path = os.pathsep.join([str(root), str(PLUGIN_ROOT), os.environ.get("PYTHONPATH", "")])
     return {**os.environ, "PYTHONPATH": path, "RLX_PLUGINS": "tpu"}
 

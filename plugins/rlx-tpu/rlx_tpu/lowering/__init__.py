@@ -80,12 +80,12 @@ class LowerContext:
         return trace_graph(graph, values, replace(self, rng=rng, node=None))
 
 
-def trace_graph(graph: Graph, sources: Mapping[str, Any], ctx: LowerContext) -> list[Any]:
-    """The outputs of ``graph`` as traced JAX values; ``sources`` binds inputs and params by name."""
+def trace_graph(graph: Graph, bound: Mapping[str, Any], ctx: LowerContext) -> list[Any]:
+    """The outputs of ``graph`` as traced JAX values; ``bound`` holds its inputs and params by name."""
     values: dict[tuple[int, int], Any] = {}
     for node in graph.nodes:
         if node.kind in ("input", "param"):
-            values[(node.id, 0)] = sources[node.attrs["name"]]
+            values[(node.id, 0)] = bound[node.attrs["name"]]
             continue
         outs = _lower_node(node, [values[r] for r in node.inputs], ctx)
         for i, out in enumerate(outs):
