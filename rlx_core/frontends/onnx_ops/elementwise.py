@@ -1,15 +1,18 @@
-"""ONNX op converters: one small function per op type (see ``onnx.py`` for the context).
+"""Elementwise ONNX ops: math functions, arithmetic, comparisons, activations, casts.
 
-A converter returns graph values, or numpy arrays for results known at import time.
-Definitions follow the ONNX operator specification for opsets >= 13.
+Functions the IR has no kind for are composed from kinds it has, with the textbook
+identities (``asinh(x) = log(x + sqrt(x**2 + 1))`` ...); the ONNX node tests check them
+at ONNX's tolerances.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .onnx import onnx_dtype, onnx_op
+from ...ir.dtypes import DType
+from ..onnx import computed_in_f32, onnx_dtype, onnx_op
 
-# --- elementwise -------------------------------------------------------------------------
 _UNARY = {"Abs": "abs", "Neg": "neg", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
           "Sin": "sin", "Cos": "cos", "Tan": "tan", "Atan": "atan", "Tanh": "tanh", "Sigmoid": "sigmoid",
           "Relu": "relu", "Erf": "erf", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Sign": "sign",
@@ -21,18 +24,81 @@ _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "And": "logic
 
 @onnx_op(*_UNARY)
 def unary(ctx):
-    return getattr(ctx.g, _UNARY[ctx.node.op_type])(ctx.input(0))
+    x = ctx.input(0)
+    if not x.dtype.is_signed and ctx.op_type in ("Abs", "Relu"):
+        return x  # unsigned integers: |x| = max(x, 0) = x
+    if not x.dtype.is_signed and ctx.op_type == "Sign":
+        return ctx.g.cast(x > 0, x.dtype)
+    return getattr(ctx.g, _UNARY[ctx.op_type])(x)
 
 
 @onnx_op(*_BINARY)
 def binary(ctx):
-    return getattr(ctx.g, _BINARY[ctx.node.op_type])(ctx.input(0), ctx.input(1))
+    return getattr(ctx.g, _BINARY[ctx.op_type])(ctx.input(0), ctx.input(1))
 
 
+# --- functions composed from other kinds -------------------------------------------------
+@onnx_op("Sinh")
+@computed_in_f32
+def sinh(ctx):
+    x = ctx.input(0)
+    return (ctx.g.exp(x) - ctx.g.exp(-x)) * 0.5
+
+
+@onnx_op("Cosh")
+@computed_in_f32
+def cosh(ctx):
+    x = ctx.input(0)
+    return (ctx.g.exp(x) + ctx.g.exp(-x)) * 0.5
+
+
+@onnx_op("Asinh")
+@computed_in_f32
+def asinh(ctx):
+    x = ctx.input(0)
+    # odd symmetry keeps large negative x accurate: asinh(x) = sign(x) log(|x| + sqrt(x^2 + 1))
+    a = ctx.g.abs(x)
+    return ctx.g.sign(x) * ctx.g.log(a + ctx.g.sqrt(a * a + 1.0))
+
+
+@onnx_op("Acosh")
+@computed_in_f32
+def acosh(ctx):
+    x = ctx.input(0)
+    return ctx.g.log(x + ctx.g.sqrt(x * x - 1.0))
+
+
+@onnx_op("Atanh")
+@computed_in_f32
+def atanh(ctx):
+    x = ctx.input(0)
+    return ctx.g.log((1.0 + x) / (1.0 - x)) * 0.5
+
+
+@onnx_op("Asin")
+@computed_in_f32
+def asin(ctx):
+    x = ctx.input(0)
+    return ctx.g.atan2(x, ctx.g.sqrt((1.0 - x) * (1.0 + x)))  # nan outside [-1, 1], as ONNX
+
+
+@onnx_op("Acos")
+@computed_in_f32
+def acos(ctx):
+    x = ctx.input(0)
+    return ctx.g.atan2(ctx.g.sqrt((1.0 - x) * (1.0 + x)), x)
+
+
+# --- arithmetic with ONNX typing rules ----------------------------------------------------
 @onnx_op("Pow")
 def pow_(ctx):
+    """The result has the base's type. Integer bases are computed in f64 and converted
+    back (exact while |result| < 2**53; integer overflow is undefined in ONNX too)."""
     base, exponent = ctx.input(0), ctx.input(1)
-    return ctx.g.pow(base, ctx.g.cast(exponent, base.dtype))  # ONNX: the result has the base's type
+    if base.dtype.is_float:
+        return ctx.g.pow(base, ctx.g.cast(exponent, base.dtype))
+    wide = ctx.g.pow(ctx.g.cast(base, DType.F64), ctx.g.cast(exponent, DType.F64))
+    return ctx.g.cast(wide, base.dtype)
 
 
 @onnx_op("Mod")
@@ -40,14 +106,48 @@ def mod(ctx):
     return ctx.g.mod(ctx.input(0), ctx.input(1), fmod=bool(ctx.attr("fmod", 0)))
 
 
+@onnx_op("BitShift")
+def bit_shift(ctx):
+    """``x << y`` wraps like the same shift in C (two's complement); ``x >> y`` is
+    arithmetic for signed types (the floor of ``x / 2**y``). Shift amounts outside
+    ``[0, bits)`` give 0 (or -1 for a negative x shifted right), ONNX's rule."""
+    x, y = ctx.input(0), ctx.input(1)
+    if not x.dtype.is_int:
+        raise ctx.unsupported(f"BitShift of {x.dtype} (integers only)")
+    bits = 8 * x.dtype.itemsize
+    valid = ctx.g.logical_and(y >= 0, y < bits)
+    amount = ctx.g.cast(ctx.g.min(ctx.g.max(y, 0), bits - 1), DType.I64)
+    if ctx.attr("direction") == "LEFT":
+        shifted = x * _powers_of_two(ctx, x.dtype, amount)
+        return ctx.g.where(valid, shifted, ctx.g.as_value(0, x.dtype))
+    # floor(x / 2**y) as two floor divisions whose divisors both fit the dtype
+    half = ctx.g.div(amount, 2)
+    shifted = _floor_div(ctx, _floor_div(ctx, x, _powers_of_two(ctx, x.dtype, half)),
+                         _powers_of_two(ctx, x.dtype, amount - half))
+    overflow = ctx.g.where(x < 0, ctx.g.as_value(-1, x.dtype), ctx.g.as_value(0, x.dtype))
+    return ctx.g.where(valid, shifted, overflow)
+
+
+def _powers_of_two(ctx, dtype: DType, exponent):
+    """``2**exponent`` in ``dtype`` (wrapped as C does: 2**7 in i8 is -128), by table lookup."""
+    bits = 8 * dtype.itemsize
+    table = np.array([1 << k for k in range(bits)], dtype=np.uint64).view(np.int64).astype(dtype.np)
+    return ctx.g.gather(ctx.g.constant(table), exponent)
+
+
+def _floor_div(ctx, x, d):
+    """``floor(x / d)`` for integers (the IR's div truncates toward zero)."""
+    return ctx.g.div(x - ctx.g.mod(x, d), d)
+
+
 @onnx_op("Max", "Min", "Sum", "Mean")
 def variadic(ctx):
-    fn = {"Max": ctx.g.max, "Min": ctx.g.min, "Sum": ctx.g.add, "Mean": ctx.g.add}[ctx.node.op_type]
+    fn = {"Max": ctx.g.max, "Min": ctx.g.min, "Sum": ctx.g.add, "Mean": ctx.g.add}[ctx.op_type]
     xs = ctx.inputs()
     acc = xs[0]
     for x in xs[1:]:
         acc = fn(acc, x)
-    return acc / float(len(xs)) if ctx.node.op_type == "Mean" else acc
+    return acc / float(len(xs)) if ctx.op_type == "Mean" else acc
 
 
 @onnx_op("Identity")
@@ -70,6 +170,7 @@ def cast_like(ctx):
     return ctx.g.cast(ctx.input(0), ctx.input(1).dtype)
 
 
+# --- activations ----------------------------------------------------------------------------
 @onnx_op("Gelu")
 def gelu(ctx):
     approx = ctx.attr("approximate", "none")
@@ -77,18 +178,21 @@ def gelu(ctx):
 
 
 @onnx_op("LeakyRelu")
+@computed_in_f32
 def leaky_relu(ctx):
     x = ctx.input(0)
     return ctx.g.where(x < 0, x * float(ctx.attr("alpha", 0.01)), x)
 
 
 @onnx_op("PRelu")
+@computed_in_f32
 def prelu(ctx):
     x, slope = ctx.input(0), ctx.input(1)
     return ctx.g.where(x < 0, x * slope, x)
 
 
 @onnx_op("Elu")
+@computed_in_f32
 def elu(ctx):
     x = ctx.input(0)
     alpha = float(ctx.attr("alpha", 1.0))
@@ -96,17 +200,20 @@ def elu(ctx):
 
 
 @onnx_op("Selu")
+@computed_in_f32
 def selu(ctx):
     x = ctx.input(0)
-    alpha, gamma = float(ctx.attr("alpha", 1.67326319217681884765625)), float(ctx.attr("gamma", 1.05070102214813232421875))
+    alpha = float(ctx.attr("alpha", 1.67326319217681884765625))
+    gamma = float(ctx.attr("gamma", 1.05070102214813232421875))
     return ctx.g.where(x <= 0, (ctx.g.exp(x) - 1.0) * (alpha * gamma), x * gamma)
 
 
 @onnx_op("Celu")
+@computed_in_f32
 def celu(ctx):
     x = ctx.input(0)
     alpha = float(ctx.attr("alpha", 1.0))
-    return ctx.g.max(x, 0.0) + ctx.g.min(ctx.g.exp(x / alpha) * alpha - alpha, 0.0)
+    return ctx.g.max(x, 0.0) + ctx.g.min((ctx.g.exp(x / alpha) - 1.0) * alpha, 0.0)
 
 
 @onnx_op("ThresholdedRelu")
@@ -116,6 +223,7 @@ def thresholded_relu(ctx):
 
 
 @onnx_op("HardSigmoid")
+@computed_in_f32
 def hard_sigmoid(ctx):
     x = ctx.input(0)
     y = x * float(ctx.attr("alpha", 0.2)) + float(ctx.attr("beta", 0.5))
@@ -123,21 +231,49 @@ def hard_sigmoid(ctx):
 
 
 @onnx_op("HardSwish")
+@computed_in_f32
 def hard_swish(ctx):
     x = ctx.input(0)
     return x * ctx.g.min(ctx.g.max(x * (1 / 6) + 0.5, 0.0), 1.0)
 
 
 @onnx_op("Softsign")
+@computed_in_f32
 def softsign(ctx):
     x = ctx.input(0)
     return x / (ctx.g.abs(x) + 1.0)
 
 
 @onnx_op("Mish")
+@computed_in_f32
 def mish(ctx):
     x = ctx.input(0)
     return x * ctx.g.tanh(ctx.g.softplus(x))
+
+
+@onnx_op("Swish")
+@computed_in_f32
+def swish(ctx):
+    x = ctx.input(0)
+    return x * ctx.g.sigmoid(x * float(ctx.attr("alpha", 1.0)))
+
+
+@onnx_op("SwiGLU")
+@computed_in_f32
+def swiglu(ctx):
+    a, b = ctx.input(0), ctx.input(1)
+    if a.dims != b.dims or a.dtype != b.dtype:
+        raise ctx.error(f"SwiGLU needs A and B of one shape and dtype, got {a.dims} {a.dtype} and "
+                        f"{b.dims} {b.dtype}")
+    return a * ctx.g.sigmoid(a * float(ctx.attr("alpha", 1.0))) * b
+
+
+@onnx_op("Shrink")
+@computed_in_f32
+def shrink(ctx):
+    x = ctx.input(0)
+    lambd, bias = float(ctx.attr("lambd", 0.5)), float(ctx.attr("bias", 0.0))
+    return ctx.g.where(x < -lambd, x + bias, ctx.g.where(x > lambd, x - bias, 0))
 
 
 @onnx_op("Clip")
@@ -161,49 +297,7 @@ def isnan(ctx):
 def isinf(ctx):
     x = ctx.input(0)
     pos, neg = bool(ctx.attr("detect_positive", 1)), bool(ctx.attr("detect_negative", 1))
-    hits = []
-    if pos:
-        hits.append(ctx.g.eq(x, float("inf")))
-    if neg:
-        hits.append(ctx.g.eq(x, float("-inf")))
+    hits = ([ctx.g.eq(x, math.inf)] if pos else []) + ([ctx.g.eq(x, -math.inf)] if neg else [])
     if not hits:
         return ctx.g.lt(x, x)  # false everywhere, nan included
     return hits[0] if len(hits) == 1 else ctx.g.logical_or(*hits)
-
-
-# --- constants and shapes ----------------------------------------------------------------
-@onnx_op("Constant")
-def constant(ctx):
-    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
-        if key in ctx.attrs:
-            v = ctx.attrs[key]
-            if key.startswith("value_int"):
-                return np.asarray(v, dtype=np.int64)
-            if key.startswith("value_float"):
-                return np.asarray(v, dtype=np.float32)
-            return np.asarray(v)
-    raise ctx.error(f"unsupported Constant attribute(s) {sorted(ctx.attrs)}")
-
-
-@onnx_op("Shape")
-def shape(ctx):
-    dims = np.asarray(ctx.input(0).dims, dtype=np.int64)
-    start, end = ctx.attr("start", 0), ctx.attr("end", None)
-    return dims[start:end]
-
-
-@onnx_op("Size")
-def size(ctx):
-    return np.asarray(int(np.prod(ctx.input(0).dims, dtype=np.int64)), dtype=np.int64)
-
-
-@onnx_op("ConstantOfShape")
-def constant_of_shape(ctx):
-    value = ctx.attr("value", np.zeros(1, np.float32))
-    return np.full(tuple(int(d) for d in ctx.const(0)), value.reshape(()), dtype=value.dtype)
-
-
-@onnx_op("Range")
-def range_(ctx):
-    start, limit, delta = (ctx.const(i) for i in range(3))
-    return np.arange(start, limit, delta).astype(np.asarray(start).dtype)
