@@ -1,3 +1,3 @@
 """ONNX op converters, one module per family; importing this package registers them all
 (see ``rlx_core.frontends.onnx`` for the converter contract)."""
-from . import elementwise, tensor  # noqa: F401
+from . import elementwise, linalg, nn, reduce, tensor  # noqa: F401

@@ -124,7 +124,8 @@ def bit_shift(ctx):
     half = ctx.g.div(amount, 2)
     shifted = _floor_div(ctx, _floor_div(ctx, x, _powers_of_two(ctx, x.dtype, half)),
                          _powers_of_two(ctx, x.dtype, amount - half))
-    overflow = ctx.g.where(x < 0, ctx.g.as_value(-1, x.dtype), ctx.g.as_value(0, x.dtype))
+    zero = ctx.g.as_value(0, x.dtype)
+    overflow = ctx.g.where(x < 0, ctx.g.as_value(-1, x.dtype), zero) if x.dtype.is_signed else zero
     return ctx.g.where(valid, shifted, overflow)
 
 
