@@ -169,22 +169,29 @@ class ConvertContext:
         return i < len(self.node.output) and self.node.output[i] != ""
 
     # --- subgraphs ----------------------------------------------------------------------
-    def subgraph(self, name: str, operand_types, captured: Sequence[str] | None = None) -> tuple[Graph, list[str]]:
-        """Import the graph attribute ``name`` with inputs of ``operand_types``; returns it
-        and the outer names it reads as extra operands (``captured``: that list, given)."""
-        return self.importer.import_subgraph(self.attrs[name], operand_types, self._env, captured)
+    def begin_subgraph(self, name: str) -> "SubgraphImport":
+        """Start importing the graph attribute ``name`` as an RLX subgraph."""
+        return SubgraphImport(self.importer, self.attrs[name], self._env)
 
     def captures(self, *names: str) -> list[str]:
-        """The outer runtime values the graph attributes ``names`` read, in first-use order."""
+        """The outer runtime values the graph attributes ``names`` read, in first-use order
+        (RLX subgraphs see only their inputs, so these become extra operands)."""
         out: list[str] = []
         for n in names:
             out += [c for c in _free_names(self.attrs[n]) if c not in out and isinstance(self._env.get(c), Value)]
         return out
 
+    def outer(self, name: str) -> Value:
+        """The outer runtime value ``name`` (one of ``captures``)."""
+        return self._env[name]
+
     def inline(self, name: str) -> list:
         """Import the (input-less) graph attribute ``name`` into this graph, reading outer
         values directly; returns its outputs (an If whose condition is known)."""
-        return self.importer.inline_subgraph(self.g, self.attrs[name], self._env)
+        proto = self.attrs[name]
+        env = dict(self._env)
+        self.importer.convert_graph_body(self.g, proto, env)
+        return [env[o.name] for o in proto.output]
 
     # --- errors -------------------------------------------------------------------------
     def error(self, message: str) -> FrontendError:
@@ -307,11 +314,12 @@ class _Importer:
             if conv is None:
                 raise FrontendError(f"ONNX node '{node.name or node.output[0]}' ({node.op_type}, opset "
                                     f"{self.opset}): op type {node.op_type} is not supported by the RLX importer")
-            missing = [i for i in node.input if i and i not in env]
+            missing = [i for i in list(node.input) + _free_names_of_node(node) if i and i not in env]
             if missing:
                 raise FrontendError(f"ONNX node '{node.name or node.output[0]}' ({node.op_type}) reads "
                                     f"{missing}, which no earlier node, input or initializer defines")
-            known = all(i == "" or not isinstance(env[i], Value) for i in node.input)
+            reads = list(node.input) + _free_names_of_node(node)
+            known = all(i == "" or (i in env and not isinstance(env[i], Value)) for i in reads)
             if known and node.op_type not in NOT_FOLDABLE and any(node.input):
                 outs = self._fold(node, env, conv)
             else:
@@ -350,47 +358,71 @@ class _Importer:
             cache[name] = g.constant(value)
         return cache[name]
 
-    def import_subgraph(self, proto, operand_types, outer_env, captured: Sequence[str] | None = None
-                        ) -> tuple[Graph, list[str]]:
-        """A body graph whose inputs are the given operands followed by every outer runtime
-        value it reads (ONNX bodies capture outer names implicitly; RLX bodies do not).
-        Initializers of a body are constants: subgraphs have no params."""
-        g = Graph(proto.name or "body")
-        env: dict[str, Any] = {}
-        if len(proto.input) != len(operand_types):
-            raise FrontendError(f"subgraph '{proto.name}' declares {len(proto.input)} inputs, "
-                                f"the node gives it {len(operand_types)}")
-        for vi, (dims, dtype) in zip(proto.input, operand_types):
-            env[vi.name] = g.input(vi.name, dims, dtype)
-        self._bind_initializers(g, proto.initializer, env, as_params=False)
-        free = _free_names(proto)
-        if captured is None:
-            captured = [n for n in free if n not in env and isinstance(outer_env.get(n), Value)]
-        for name in captured:
-            v = outer_env[name]
-            env[name] = g.input(f"captured:{name}", v.dims, v.dtype)
-        for name in free:
-            if name not in env and name in outer_env:
-                env[name] = outer_env[name]  # an import-time constant: no operand needed
-        self._convert_nodes(g, proto.node, env)
-        g.set_outputs([self._output_value(g, env, o.name) for o in proto.output])
-        return g, list(captured)
-
-    def inline_subgraph(self, g: Graph, proto, outer_env) -> list:
-        """Convert an input-less subgraph's nodes into ``g`` itself; returns its outputs."""
-        env = dict(outer_env)
+    def convert_graph_body(self, g: Graph, proto, env) -> None:
+        """Bind a (sub)graph's initializers (as constants) and convert its nodes into ``g``;
+        every output must then be defined in ``env``."""
         self._bind_initializers(g, proto.initializer, env, as_params=False)
         self._convert_nodes(g, proto.node, env)
         for o in proto.output:
             if o.name not in env:
-                raise FrontendError(f"subgraph output '{o.name}' is not produced by any node")
-        return [env[o.name] for o in proto.output]
+                raise FrontendError(f"subgraph '{proto.name}' output '{o.name}' is not produced by any node")
 
     def _output_value(self, g: Graph, env, name: str) -> Value:
         if name not in env:
             raise FrontendError(f"graph output '{name}' is not produced by any node")
         v = env[name]
         return v if isinstance(v, Value) else self.materialize(g, name, v)
+
+
+class SubgraphImport:
+    """An ONNX graph attribute becoming an RLX subgraph ``g``. The converter declares the
+    subgraph's inputs in the order the IR op wants them (``input``, ``capture``), binds
+    ONNX input names to values or constants (``input``, ``bind``), then ``convert``s the
+    nodes and sets ``g``'s outputs. Outer import-time constants are visible inside."""
+
+    def __init__(self, importer: _Importer, proto, outer_env):
+        self.importer, self.proto, self._outer = importer, proto, outer_env
+        self.g = Graph(proto.name or "body")
+        self.env: dict[str, Any] = {}
+
+    @property
+    def input_names(self) -> list[str]:
+        """The ONNX names of the subgraph's declared inputs."""
+        return [i.name for i in self.proto.input]
+
+    def input(self, name: str, dims, dtype) -> Value:
+        """A subgraph input bound to the ONNX name ``name``."""
+        self.env[name] = self.g.input(name, dims, dtype)
+        return self.env[name]
+
+    def bind(self, name: str, value) -> None:
+        """Bind the ONNX name ``name`` to a value of ``g`` or an import-time constant."""
+        self.env[name] = value
+
+    def capture(self, names: Sequence[str]) -> list[Value]:
+        """Subgraph inputs standing for the outer runtime values ``names``."""
+        out = []
+        for name in names:
+            v = self._outer[name]
+            self.env[name] = self.g.input(f"captured:{name}", v.dims, v.dtype)
+            out.append(self.env[name])
+        return out
+
+    def convert(self) -> list:
+        """Convert the nodes; the outputs (graph values, or constants) in order."""
+        for name in _free_names(self.proto):
+            if name not in self.env and name in self._outer:
+                if isinstance(self._outer[name], Value):
+                    raise FrontendError(f"subgraph '{self.proto.name}' reads outer value '{name}', which was not "
+                                        f"captured")
+                self.env[name] = self._outer[name]
+        self.importer.convert_graph_body(self.g, self.proto, self.env)
+        return [self.env[o.name] for o in self.proto.output]
+
+    def finish(self, outputs: Sequence) -> Graph:
+        """Set ``g``'s outputs (constants are materialized) and return it."""
+        self.g.set_outputs([v if isinstance(v, Value) else self.g.constant(v) for v in outputs])
+        return self.g
 
 
 def load_onnx(model, *, initializers: str = "params", input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -412,9 +444,12 @@ def load_onnx(model, *, initializers: str = "params", input_shapes: Mapping[str,
 
 def load_onnx_for(model, feeds: Mapping[str, np.ndarray], **kwargs) -> OnnxModel:
     """Import ``model`` specialized to the input values ``feeds`` (ONNX input name ->
-    array): input dims are taken from the arrays, and every input the importer needs at
-    import time (a Reshape's target shape, TopK's k ...) is frozen to its value. Feed
-    the returned model's ``input_names`` at run time. ``kwargs`` go to ``load_onnx``."""
+    array): input dims are taken from the arrays, and the inputs the importer needs at
+    import time (a Reshape's target shape, TopK's k, a window size ...) are frozen to
+    their values -- the input itself, or the integer inputs it is computed from (never
+    float data: a value computed from those stays a runtime value, and the import
+    fails as unsupported). Feed the returned model's ``input_names`` at run time.
+    ``kwargs`` go to ``load_onnx``."""
     import onnx
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(os.fspath(model))
@@ -425,16 +460,19 @@ def load_onnx_for(model, feeds: Mapping[str, np.ndarray], **kwargs) -> OnnxModel
         try:
             return load_onnx(model, input_shapes=shapes, constants=frozen, **kwargs)
         except ConstantRequiredError as e:
-            sources = [n for n in _input_ancestors(model.graph, e.value_name) if n not in frozen]
-            if not sources or any(n not in feeds for n in sources):
+            sources = [e.value_name] if e.value_name in feeds else [
+                n for n in _input_ancestors(model.graph, e.value_name)
+                if n in feeds and feeds[n].dtype.kind in "biu"]
+            sources = [n for n in sources if n not in frozen]
+            if not sources:
                 raise
             frozen.update({n: feeds[n] for n in sources})
 
 
 def _input_ancestors(graph, name: str) -> list[str]:
-    """The graph inputs whose values ``name`` depends on (through the main graph's nodes)."""
+    """The graph inputs whose values ``name`` depends on (through any node, subgraphs included)."""
     inputs = {i.name for i in graph.input}
-    producer = {o: node for node in graph.node for o in node.output}
+    producer = {o: node for node in _all_nodes(graph) for o in node.output}
     found, todo, seen = [], [name], set()
     while todo:
         n = todo.pop()
@@ -446,6 +484,16 @@ def _input_ancestors(graph, name: str) -> list[str]:
         elif n in producer:
             todo += [i for i in producer[n].input if i] + _free_names_of_node(producer[n])
     return found
+
+
+def _all_nodes(graph):
+    """The nodes of a graph and of all its subgraphs (an inlined If's nodes define
+    values of the outer graph)."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from _all_nodes(sub)
 
 
 def _free_names_of_node(node) -> list[str]:

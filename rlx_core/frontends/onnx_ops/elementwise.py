@@ -168,7 +168,11 @@ def cast(ctx):
 
 @onnx_op("CastLike")
 def cast_like(ctx):
-    return ctx.g.cast(ctx.input(0), ctx.input(1).dtype)
+    """Only the target's dtype matters, so a constant input stays an import-time constant."""
+    dtype = ctx.input(1).dtype
+    if ctx.is_const(0):
+        return np.asarray(ctx.const(0)).astype(dtype.np)
+    return ctx.g.cast(ctx.input(0), dtype)
 
 
 # --- activations ----------------------------------------------------------------------------

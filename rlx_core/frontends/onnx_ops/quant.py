@@ -33,8 +33,7 @@ def quantize_linear(ctx):
     q = g.round(x / _spread_like(ctx, scale, x, axis, block))
     if zero_point is not None:
         q = q + g.cast(_spread_like(ctx, zero_point, x, axis, block), work)
-    info = np.iinfo(to.np)
-    return g.cast(g.min(g.max(q, float(info.min)), float(info.max)), to)
+    return saturate(g, q, to)
 
 
 @onnx_op("DequantizeLinear")
@@ -114,6 +113,11 @@ def _requantize(g, acc, multiplier, zero_point, to: DType):
     y = g.cast(acc, DType.F64) * g.cast(multiplier, DType.F64)
     if zero_point is not None:
         y = y + g.cast(zero_point, DType.F64)
+    return saturate(g, y, to)
+
+
+def saturate(g, y, to: DType):
+    """Float ``y`` rounded half to even and clamped into the integer dtype ``to``."""
     info = np.iinfo(to.np)
     return g.cast(g.min(g.max(g.round(y), float(info.min)), float(info.max)), to)
 

@@ -48,9 +48,9 @@ def constant_of_shape(ctx):
 
 @onnx_op("Range")
 def range_(ctx):
-    start, limit, delta = (ctx.const(i) for i in range(3))
+    start, limit, delta = (np.asarray(ctx.const(i)).reshape(-1)[0] for i in range(3))
     count = max(int(math.ceil((limit - start) / delta)), 0)
-    return (start + np.arange(count) * delta).astype(np.asarray(start).dtype)
+    return (start + np.arange(count) * delta).astype(start.dtype)
 
 
 @onnx_op("EyeLike")
