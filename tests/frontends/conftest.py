@@ -1,6 +1,8 @@
-"""Helpers for the ONNX importer tests: build models with onnx.helper, run them on
-rlx-cpu (through the importer) and on onnxruntime."""
+"""Helpers for the ONNX importer tests (the ``ox`` fixture): build models with
+onnx.helper, run them on rlx-cpu (through the importer) and on onnxruntime."""
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,8 +16,8 @@ from rlx_core.frontends.onnx import load_onnx  # noqa: E402
 
 
 def make_model(nodes, inputs, outputs, *, opset=18, initializers=(), name="test"):
-    """A model from nodes and ``(name, elem_type, dims)`` input/output triples (dims None:
-    unknown output shape)."""
+    """A model from nodes and ``(name, elem_type, dims)`` input/output triples, checked by
+    ``onnx.checker``."""
     graph = helper.make_graph(
         nodes, name,
         [helper.make_tensor_value_info(n, t, d) for n, t, d in inputs],
@@ -50,4 +52,9 @@ def assert_matches_onnxruntime(model, feeds: dict, *, rtol=1e-4, atol=1e-4, **lo
                                    err_msg=f"output {i}")
 
 
-__all__ = ["TensorProto", "helper", "make_model", "run_onnxruntime", "run_rlx", "assert_matches_onnxruntime"]
+@pytest.fixture(scope="session")
+def ox():
+    """The helpers above: ``ox.make_model``, ``ox.run_rlx``, ``ox.run_onnxruntime``,
+    ``ox.assert_matches_onnxruntime``."""
+    return SimpleNamespace(make_model=make_model, run_rlx=run_rlx, run_onnxruntime=run_onnxruntime,
+                           assert_matches_onnxruntime=assert_matches_onnxruntime)
