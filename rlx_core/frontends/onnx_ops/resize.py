@@ -185,3 +185,95 @@ def _normalized_positions(n, align_corners):
     if align_corners:
         return np.linspace(-1, 1, n) if n > 1 else np.zeros(1)
     return (np.arange(n) * 2 + 1) / n - 1
+
+
+@onnx_op("GridSample")
+def grid_sample(ctx):
+    """Sample ``X [N, C, *spatial]`` at ``grid [N, *out, n]`` (normalized coordinates in
+    [-1, 1], x = the last spatial axis first), as ONNX (and torch) define it: each output
+    reads the 1 (nearest), 2^n (linear) or 4^n (cubic) input positions around its
+    coordinate, out-of-range positions handled by ``padding_mode`` (zeros, border,
+    reflection); every position is one gather from the flattened input."""
+    g = ctx.g
+    x, grid = ctx.input(0), ctx.input(1)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(ctx.attr("mode", "linear"), ctx.attr("mode", "linear"))
+    padding, align = ctx.attr("padding_mode", "zeros"), bool(ctx.attr("align_corners", 0))
+    if mode not in ("nearest", "linear", "cubic") or padding not in ("zeros", "border", "reflection"):
+        raise ctx.error(f"mode {mode!r} / padding_mode {padding!r} (expected nearest|linear|cubic and "
+                        f"zeros|border|reflection)")
+    n, c, *spatial = x.dims
+    nd = len(spatial)
+    out_dims = grid.dims[1:-1]
+    coords = []  # per spatial axis: the input coordinate of every output position [N, *out]
+    for axis, size in enumerate(spatial):
+        v = g.reshape(g.slice(grid, [nd - 1 - axis], [nd - axis], axes=[-1]), [n] + list(out_dims))
+        v = (v + 1.0) * (0.5 * (size - 1)) if align else ((v + 1.0) * size - 1.0) * 0.5
+        if mode == "nearest":
+            v = g.round(v)
+        lo, hi = (0.0, size - 1.0) if align else (-0.5, size - 0.5)
+        if padding == "border":
+            v = g.min(g.max(v, 0.0), size - 1.0)
+        elif padding == "reflection":
+            v = _reflect(g, v, lo, hi)
+        coords.append((v, size, lo, hi))
+    taps = []  # per axis: [(index (float, whole), weight or None)]
+    for v, size, lo, hi in coords:
+        if mode == "nearest":
+            taps.append([(g.cast(g.cast(v, DType.I64), v.dtype), None)])
+            continue
+        base = g.floor(v)
+        t = v - base
+        offsets = (0, 1) if mode == "linear" else (-1, 0, 1, 2)
+        weights = [1.0 - t, t] if mode == "linear" else _cubic_weights(g, t)
+        taps.append([(base + float(o), w) for o, w in zip(offsets, weights)])
+    x_flat = g.reshape(x, [n, c, int(np.prod(spatial))])
+    positions = int(np.prod(out_dims))
+    total = None
+    for corner in np.ndindex(*(len(t) for t in taps)):
+        flat, weight, inside = None, None, None
+        for axis, k in enumerate(corner):
+            idx, w = taps[axis][k]
+            size, lo, hi = coords[axis][1:]
+            if padding == "zeros":
+                ok = g.logical_and(idx >= 0.0, idx <= size - 1.0)
+                inside = ok if inside is None else g.logical_and(inside, ok)
+                idx = g.min(g.max(idx, 0.0), size - 1.0)
+            elif padding == "border":
+                idx = g.min(g.max(idx, 0.0), size - 1.0)
+            else:
+                idx = g.cast(g.cast(_reflect(g, idx, lo, hi), DType.I64), idx.dtype)  # truncates, as ONNX
+            term = g.cast(idx, DType.I64) * int(np.prod(spatial[axis + 1:]))
+            flat = term if flat is None else flat + term
+            weight = w if weight is None else (weight if w is None else weight * w)
+        picked = g.gather_elements(x_flat, g.expand(g.reshape(flat, [n, 1, positions]), [n, c, positions]), axis=2)
+        if weight is not None:
+            picked = picked * g.reshape(weight, [n, 1, -1])
+        if inside is not None:
+            picked = g.where(g.reshape(inside, [n, 1, -1]), picked, g.as_value(0.0, x.dtype))
+        total = picked if total is None else total + picked
+    return g.reshape(total, [n, c] + list(out_dims))
+
+
+def _reflect(g, v, lo: float, hi: float):
+    """Reflect coordinates into [lo, hi] off the nearer border, as often as needed."""
+    span = hi - lo
+    if span <= 0:
+        return g.min(g.max(v, lo), hi)
+    below, above = lo - v, v - hi
+    dist = g.max(below, above)  # > 0 outside
+    flips = g.floor(dist / span)
+    rest = dist - flips * span
+    even = g.eq(g.mod(flips, 2.0), 0.0)
+    from_low = g.where(even, lo + rest, hi - rest)   # v below lo
+    from_high = g.where(even, hi - rest, lo + rest)  # v above hi
+    return g.where(v < lo, from_low, g.where(v > hi, from_high, v))
+
+
+def _cubic_weights(g, t, a=-0.75):
+    """Keys' cubic weights (a = -0.75, torch's) of the taps at offsets -1, 0, 1, 2."""
+    def near(d):
+        return ((d * (a + 2) - (a + 3)) * d) * d + 1.0
+
+    def far(d):
+        return ((d * a - 5 * a) * d + 8 * a) * d - 4 * a
+    return [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
