@@ -1,45 +1,56 @@
 """Convolutions and pooling: Conv, ConvTranspose, MaxPool, AveragePool, LpPool, the global
-pools and Col2Im.
+pools, Col2Im and MaxUnpool.
 
-The IR's ``conv``, ``conv_transpose2d`` and ``pool2d`` take 1-D/2-D (conv) or 2-D
-(pooling, transposed conv) inputs; 1-D ONNX inputs get a unit height axis. ONNX's
-``auto_pad`` is resolved into explicit pads here, and ``strides`` are always passed
-explicitly (``pool2d`` would default them to the kernel, ONNX to 1).
+The IR's ``conv`` and ``conv_transpose2d`` take 1-D/2-D and 2-D inputs, ``pool2d`` 2-D;
+1-D ONNX inputs get a unit height axis. Everything else (3-D and up, integer pooling,
+dilated averages, MaxPool's Indices) gathers every window at once (``_Windows``) and
+reduces or multiplies them. ONNX's ``auto_pad`` is resolved into explicit pads, and
+``strides`` are always passed explicitly (``pool2d`` would default them to the kernel,
+ONNX to 1).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from ...ir.dtypes import DType
 from ...ir.ops.conv import sliding_output_size
 from ..onnx import onnx_op
+from .tensor import scatter_rows
 
 
-class _Window:
-    """A node's window geometry for ``n`` spatial axes, ``auto_pad`` resolved: ``kernel``,
-    ``strides``, ``dilations``, ``pads`` (begins then ends)."""
+@dataclass(frozen=True)
+class Window:
+    """Window geometry over n spatial axes: ``kernel``, ``strides``, ``dilations`` (n
+    each) and ``pads`` (n begins, then n ends)."""
 
-    def __init__(self, ctx, in_dims, kernel):
+    kernel: tuple
+    strides: tuple
+    dilations: tuple
+    pads: tuple
+
+    @classmethod
+    def of_node(cls, ctx, in_dims, kernel) -> "Window":
+        """The node's attributes, ``auto_pad`` resolved."""
         n = len(in_dims)
-        self.kernel = tuple(kernel)
-        self.strides = tuple(ctx.attr("strides", [1] * n))
-        self.dilations = tuple(ctx.attr("dilations", [1] * n))
-        self.pads = tuple(ctx.attr("pads", [0] * (2 * n)))
+        kernel = tuple(kernel)
+        strides, dilations = tuple(ctx.attr("strides", [1] * n)), tuple(ctx.attr("dilations", [1] * n))
+        pads = tuple(ctx.attr("pads", [0] * (2 * n)))
         auto_pad = ctx.attr("auto_pad", "NOTSET")
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            self.pads = same_pads(in_dims, self.kernel, self.strides, self.dilations, auto_pad == "SAME_UPPER")
+            pads = same_pads(in_dims, kernel, strides, dilations, auto_pad == "SAME_UPPER")
         elif auto_pad == "VALID":
-            self.pads = (0,) * (2 * n)
+            pads = (0,) * (2 * n)
         elif auto_pad != "NOTSET":
             raise ctx.error(f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got {auto_pad!r}")
+        return cls(kernel, strides, dilations, pads)
 
-    def padded_1d(self):
+    def with_unit_axis(self) -> "Window":
         """The geometry with a leading unit axis, for running a 1-D op as 2-D."""
-        w = object.__new__(_Window)
-        w.kernel, w.strides, w.dilations = (1,) + self.kernel, (1,) + self.strides, (1,) + self.dilations
-        w.pads = (0, self.pads[0], 0, self.pads[1])
-        return w
+        return Window((1,) + self.kernel, (1,) + self.strides, (1,) + self.dilations,
+                      (0, self.pads[0], 0, self.pads[1]))
 
 
 def same_pads(in_dims, kernel, strides, dilations, upper: bool) -> tuple[int, ...]:
@@ -54,35 +65,20 @@ def same_pads(in_dims, kernel, strides, dilations, upper: bool) -> tuple[int, ..
     return tuple(begins + ends)
 
 
-def _as_2d(ctx, x):
-    """``x`` with a unit height axis when it is 1-D spatially; 3-D and up are unsupported."""
-    spatial = x.rank - 2
-    if spatial == 1:
-        return ctx.g.unsqueeze(x, [2])
-    if spatial != 2:
-        raise ctx.unsupported(f"{ctx.op_type} over {spatial} spatial axes (RLX has 1-D and 2-D windows)")
-    return x
-
-
-def _from_2d(ctx, y, spatial):
-    return ctx.g.squeeze(y, [2]) if spatial == 1 else y
-
-
 # --- convolutions -----------------------------------------------------------------------
 @onnx_op("Conv")
 def conv(ctx):
     x, w, b = ctx.input(0), ctx.input(1), ctx.input(2)
-    win = _Window(ctx, x.dims[2:], ctx.attr("kernel_shape", w.dims[2:]))
-    groups = ctx.attr("group", 1)
-    if x.rank in (3, 4):
-        return ctx.g.conv(x, w, b, strides=win.strides, pads=win.pads, dilations=win.dilations, groups=groups)
-    return _conv_by_windows(ctx, x, w, b, win, groups)
+    win = Window.of_node(ctx, x.dims[2:], ctx.attr("kernel_shape", w.dims[2:]))
+    return convolve(ctx, x, w, b, win, ctx.attr("group", 1))
 
 
-def _conv_by_windows(ctx, x, w, b, win, groups):
-    """Convolution over any number of spatial axes as one matmul per group over the
+def convolve(ctx, x, w, b, win: Window, groups: int):
+    """The IR's ``conv`` for 1-D/2-D; for more spatial axes one matmul per group over the
     gathered windows (im2col): ``[N, G, P, C/G * K] @ [G, C/G * K, M/G]``."""
     g = ctx.g
+    if x.rank in (3, 4):
+        return g.conv(x, w, b, strides=win.strides, pads=win.pads, dilations=win.dilations, groups=groups)
     windows = _Windows(ctx, x, win, ceil_mode=False)
     n, c = x.dims[:2]
     m, taps, positions = w.dims[0], windows.taps, windows.positions
@@ -98,27 +94,22 @@ def _conv_by_windows(ctx, x, w, b, win, groups):
 @onnx_op("ConvTranspose")
 def conv_transpose(ctx):
     """Pads come from ``pads`` or, with ``output_shape`` / ``auto_pad=SAME_*``, from the
-    size asked for. ``output_padding`` only shortens the end crop, so it is folded into
-    the end pads; a negative pad (output larger than the full transposed convolution)
-    extends the result with zeros before the bias is added."""
-    g = ctx.g
+    size asked for (split as ONNX does). ``output_padding`` only shortens the end crop,
+    so it is folded into the end pads."""
     x, w, b = ctx.input(0), ctx.input(1), ctx.input(2)
-    spatial = x.rank - 2
-    x2, w2 = _as_2d(ctx, x), _as_2d(ctx, w)
-    n = len(x.dims[2:])
+    n = x.rank - 2
     strides = tuple(ctx.attr("strides", [1] * n))
     dilations = tuple(ctx.attr("dilations", [1] * n))
     extra = tuple(ctx.attr("output_padding", [0] * n))
     kernel = tuple(ctx.attr("kernel_shape", w.dims[2:]))
-    full = [s * (size - 1) + op + (k - 1) * d + 1 for size, s, op, k, d in
-            zip(x.dims[2:], strides, extra, kernel, dilations)]
     auto_pad = ctx.attr("auto_pad", "NOTSET")
     wanted = ctx.attr("output_shape")
     if wanted is None and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         wanted = [size * s for size, s in zip(x.dims[2:], strides)]
     if wanted is not None:
-        wanted = list(wanted)[-n:]
-        totals = [f - o for f, o in zip(full, wanted)]
+        full = [s * (size - 1) + op + (k - 1) * d + 1 for size, s, op, k, d in
+                zip(x.dims[2:], strides, extra, kernel, dilations)]
+        totals = [f - o for f, o in zip(full, list(wanted)[-n:])]
         upper = auto_pad == "SAME_UPPER"
         begins = [t // 2 if upper else t - t // 2 for t in totals]
         ends = [t - bgn for t, bgn in zip(totals, begins)]
@@ -126,18 +117,80 @@ def conv_transpose(ctx):
         pads = ctx.attr("pads", [0] * (2 * n))
         begins, ends = list(pads[:n]), list(pads[n:])
     ends = [e - op for e, op in zip(ends, extra)]
-    if spatial == 1:
-        strides, dilations, begins, ends = (1,) + strides, (1,) + dilations, [0] + begins, [0] + ends
-    crop = [max(p, 0) for p in begins + ends]
+    return transposed_convolve(ctx, x, w, b, Window(kernel, strides, dilations, tuple(begins + ends)),
+                               ctx.attr("group", 1))
+
+
+def transposed_convolve(ctx, x, w, b, win: Window, groups: int):
+    """Transposed convolution whose ``win.pads`` crop the full result (a negative pad
+    extends it with zeros, before the bias). 1-D/2-D on the IR's ``conv_transpose2d``;
+    more spatial axes as the equivalent convolution: stride-dilated input, padded by
+    ``dilation * (k - 1) - pad``, convolved with the flipped, channel-swapped kernel."""
+    g = ctx.g
+    n = x.rank - 2
+    begins, ends = win.pads[:n], win.pads[n:]
+    if n > 2:
+        for axis, s in enumerate(win.strides):
+            x = _spread_out(g, x, axis + 2, s)
+        reach = [(k - 1) * d for k, d in zip(win.kernel, win.dilations)]
+        x = g.pad(x, [(0, 0), (0, 0)] + [(r - bgn, r - end) for r, bgn, end in zip(reach, begins, ends)])
+        ci, co_g = w.dims[:2]
+        flipped = g.reshape(g.transpose(g.reshape(w, [groups, ci // groups, co_g] + list(w.dims[2:])),
+                                        [0, 2, 1] + list(range(3, n + 3))), [groups * co_g, ci // groups] + list(w.dims[2:]))
+        for axis in range(2, n + 2):
+            k = flipped.dims[axis]
+            flipped = g.slice(flipped, [k - 1], [-k - 1], [-1], axes=[axis])
+        return convolve(ctx, x, flipped, b, Window(win.kernel, (1,) * n, win.dilations, (0,) * (2 * n)), groups)
+    one_d = n == 1
+    if one_d:
+        x, w = g.unsqueeze(x, [2]), g.unsqueeze(w, [2])
+        win, begins, ends = win.with_unit_axis(), (0,) + tuple(begins), (0,) + tuple(ends)
     grow = [(0, 0), (0, 0)] + [(max(-bgn, 0), max(-end, 0)) for bgn, end in zip(begins, ends)]
     needs_growth = any(p for pair in grow for p in pair)
-    y = g.conv_transpose2d(x2, w2, None if needs_growth else b, strides=strides, pads=crop, dilations=dilations,
-                           groups=ctx.attr("group", 1))
+    y = g.conv_transpose2d(x, w, None if needs_growth else b, strides=win.strides,
+                           pads=[max(p, 0) for p in begins + ends], dilations=win.dilations, groups=groups)
     if needs_growth:
         y = g.pad(y, grow)
         if b is not None:
             y = y + g.reshape(b, [b.dims[0], 1, 1])
-    return _from_2d(ctx, y, spatial)
+    return g.squeeze(y, [2]) if one_d else y
+
+
+def _spread_out(g, x, axis, stride):
+    """``stride - 1`` zeros between consecutive elements along ``axis``."""
+    if stride == 1:
+        return x
+    n = x.dims[axis]
+    pads = [(0, 0)] * (x.rank + 1)
+    pads[axis + 1] = (0, stride - 1)
+    spread = g.reshape(g.pad(g.unsqueeze(x, [axis + 1]), pads), x.dims[:axis] + (n * stride,) + x.dims[axis + 1:])
+    return g.slice(spread, [0], [(n - 1) * stride + 1], axes=[axis])
+
+
+@onnx_op("Col2Im")
+def col2im(ctx):
+    """Sum the columns ``[N, C*K, L]`` back into ``[N, C, *image]``: a transposed
+    convolution (groups = C) whose kernel routes input channel ``(c, tap)`` to that tap of
+    output channel c."""
+    g = ctx.g
+    x = ctx.input(0)
+    image, block = ctx.const_ints(1), ctx.const_ints(2)
+    nd = len(image)
+    strides, dilations = tuple(ctx.attr("strides", [1] * nd)), tuple(ctx.attr("dilations", [1] * nd))
+    pads = tuple(ctx.attr("pads", [0] * (2 * nd)))
+    blocks = [sliding_output_size(size, k, s, d, pads[a], pads[a + nd])
+              for a, (size, k, s, d) in enumerate(zip(image, block, strides, dilations))]
+    taps = math.prod(block)
+    n, ck, length = x.dims
+    if ck % taps or length != math.prod(blocks):
+        raise ctx.error(f"input {list(x.dims)} does not hold [N, C*{taps}, {math.prod(blocks)}] columns "
+                        f"for image {list(image)} and block {list(block)}")
+    c = ck // taps
+    route = np.tile(np.eye(taps, dtype=x.dtype.np).reshape((taps, 1) + tuple(block)), (c,) + (1,) * (nd + 1))
+    y = transposed_convolve(ctx, g.reshape(x, [n, ck] + blocks), g.constant(route), None,
+                            Window(tuple(block), strides, dilations, pads), c)
+    short = [size - got for size, got in zip(image, y.dims[2:])]  # positions no block reaches
+    return g.pad(y, [(0, 0), (0, 0)] + [(0, s) for s in short]) if any(short) else y
 
 
 # --- pooling ----------------------------------------------------------------------------
@@ -146,15 +199,16 @@ def pool(ctx):
     """The IR's ``pool2d`` for 1-D/2-D float pooling; window gathers for the rest (3-D,
     integers, dilated averages, MaxPool's Indices output)."""
     x = ctx.input(0)
-    win = _Window(ctx, x.dims[2:], ctx.attr("kernel_shape"))
+    win = Window.of_node(ctx, x.dims[2:], ctx.attr("kernel_shape"))
     mode = "max" if ctx.op_type == "MaxPool" else "avg"
     ceil_mode, include_pad = bool(ctx.attr("ceil_mode", 0)), bool(ctx.attr("count_include_pad", 0))
     if x.rank in (3, 4) and x.dtype.is_float and not ctx.wants(1) and (mode == "max" or set(win.dilations) == {1}):
-        spatial = x.rank - 2
-        win2 = win.padded_1d() if spatial == 1 else win
-        y = ctx.g.pool2d(_as_2d(ctx, x), mode, list(win2.kernel), strides=list(win2.strides), pads=list(win2.pads),
-                         dilations=list(win2.dilations), count_include_pad=include_pad, ceil_mode=ceil_mode)
-        return _from_2d(ctx, y, spatial)
+        one_d = x.rank == 3
+        win2 = win.with_unit_axis() if one_d else win
+        y = ctx.g.pool2d(ctx.g.unsqueeze(x, [2]) if one_d else x, mode, list(win2.kernel), strides=list(win2.strides),
+                         pads=list(win2.pads), dilations=list(win2.dilations), count_include_pad=include_pad,
+                         ceil_mode=ceil_mode)
+        return ctx.g.squeeze(y, [2]) if one_d else y
     windows = _Windows(ctx, x, win, ceil_mode)
     if mode == "avg":
         return windows.mean(include_pad)
@@ -172,7 +226,8 @@ def global_pool(ctx):
 def lp_pool(ctx):
     """``(sum over the window's input elements of |x|^p)^(1/p)``."""
     x = ctx.input(0)
-    windows = _Windows(ctx, x, _Window(ctx, x.dims[2:], ctx.attr("kernel_shape")), bool(ctx.attr("ceil_mode", 0)))
+    windows = _Windows(ctx, x, Window.of_node(ctx, x.dims[2:], ctx.attr("kernel_shape")),
+                       bool(ctx.attr("ceil_mode", 0)))
     return windows.lp_norm(float(ctx.attr("p", 2)))
 
 
@@ -182,7 +237,7 @@ class _Windows:
     constants saying for each (window, tap) whether it lands on the input (``real``)
     or inside the padded input (``padded``), and which flat input position it reads."""
 
-    def __init__(self, ctx, x, win: _Window, ceil_mode: bool):
+    def __init__(self, ctx, x, win: Window, ceil_mode: bool):
         g = self.g = ctx.g
         self.x, spatial = x, x.dims[2:]
         nd = len(spatial)
@@ -250,28 +305,19 @@ class _Windows:
         return self._reshaped(total if p == 1 else g.pow(total, 1 / p))
 
 
-@onnx_op("Col2Im")
-def col2im(ctx):
-    """Sum the columns ``[N, C*bh*bw, L]`` back into ``[N, C, H, W]`` images: a transposed
-    convolution (groups = C) whose kernel routes input channel ``(c, i, j)`` to tap
-    ``(i, j)`` of output channel c."""
+@onnx_op("MaxUnpool")
+def max_unpool(ctx):
+    """Zeros of the unpooled size (``output_shape``, else ``(in - 1) * stride + kernel -
+    pads``) with each value written at its flat index (MaxPool's Indices)."""
     g = ctx.g
-    x = ctx.input(0)
-    image, block = ctx.const_ints(1), ctx.const_ints(2)
-    if len(image) != 2:
-        raise ctx.unsupported(f"Col2Im of {len(image)}-D images (RLX has 2-D transposed convolutions)")
-    strides, dilations = tuple(ctx.attr("strides", [1, 1])), tuple(ctx.attr("dilations", [1, 1]))
-    pads = tuple(ctx.attr("pads", [0, 0, 0, 0]))
-    blocks = [sliding_output_size(size, k, s, d, pads[a], pads[a + 2])
-              for a, (size, k, s, d) in enumerate(zip(image, block, strides, dilations))]
-    taps = math.prod(block)
-    n, ck, length = x.dims
-    if ck % taps or length != math.prod(blocks):
-        raise ctx.error(f"input {list(x.dims)} does not hold [N, C*{taps}, {math.prod(blocks)}] columns "
-                        f"for image {list(image)} and block {list(block)}")
-    c = ck // taps
-    route = np.tile(np.eye(taps, dtype=x.dtype.np).reshape(taps, 1, *block), (c, 1, 1, 1))
-    y = g.conv_transpose2d(g.reshape(x, [n, ck] + blocks), route, strides=strides, dilations=dilations,
-                           pads=[max(p, 0) for p in pads], groups=c)
-    short = [size - got for size, got in zip(image, y.dims[2:])]  # rows no block reaches
-    return g.pad(y, [(0, 0), (0, 0)] + [(0, s) for s in short]) if any(short) else y
+    x, indices = ctx.input(0), ctx.input(1)
+    n = x.rank - 2
+    kernel = ctx.attr("kernel_shape")
+    strides, pads = ctx.attr("strides", [1] * n), ctx.attr("pads", [0] * (2 * n))
+    shape = ctx.const_ints(2)
+    if shape is None:
+        shape = tuple(x.dims[:2]) + tuple((size - 1) * s + k - pads[i] - pads[i + n] for i, (size, s, k) in
+                                          enumerate(zip(x.dims[2:], strides, kernel)))
+    zeros = g.constant(np.zeros(math.prod(shape), x.dtype.np))
+    flat = scatter_rows(ctx, zeros, g.reshape(g.cast(indices, DType.I64), [-1]), g.reshape(x, [-1]), "none")
+    return g.reshape(flat, list(shape))

@@ -306,3 +306,42 @@ def isinf(ctx):
     if not hits:
         return ctx.g.lt(x, x)  # false everywhere, nan included
     return hits[0] if len(hits) == 1 else ctx.g.logical_or(*hits)
+
+
+# --- bitwise ------------------------------------------------------------------------------
+@onnx_op("BitwiseNot")
+def bitwise_not(ctx):
+    """``~x`` = ``-x - 1`` in two's complement, ``max - x`` for unsigned integers."""
+    x = ctx.input(0)
+    if not x.dtype.is_int:
+        raise ctx.unsupported(f"BitwiseNot of {x.dtype} (integers only)")
+    if x.dtype.is_signed:
+        return -x - ctx.g.as_value(1, x.dtype)
+    return ctx.g.as_value(np.iinfo(x.dtype.np).max, x.dtype) - x
+
+
+@onnx_op("BitwiseAnd", "BitwiseOr", "BitwiseXor")
+def bitwise_binary(ctx):
+    """On the operands' bits (in i64: ``floor(x / 2**k) mod 2`` is bit k of the two's
+    complement for negative x too; bit 63 of an i64 is its sign), recombined with the
+    bits' weights and wrapped back into the dtype."""
+    g = ctx.g
+    a, b = ctx.input(0), ctx.input(1)
+    if not a.dtype.is_int or a.dtype != b.dtype:
+        raise ctx.unsupported(f"{ctx.op_type} of {a.dtype} and {b.dtype} (one integer dtype)")
+    n_bits = 8 * a.dtype.itemsize
+    low = min(n_bits, 63)
+    powers = np.array([1 << k for k in range(low)], np.int64)
+
+    def bits(v):
+        wide = g.unsqueeze(g.cast(v, DType.I64), [-1])
+        out = g.mod(_floor_div(ctx, wide, g.constant(powers)), g.as_value(2, DType.I64))
+        if n_bits == 64:
+            out = g.concat([out, g.cast(wide < 0, DType.I64)], axis=-1)
+        return out
+
+    x, y = bits(a), bits(b)
+    combined = {"BitwiseAnd": lambda: x * y, "BitwiseOr": lambda: g.max(x, y),
+                "BitwiseXor": lambda: g.mod(x + y, g.as_value(2, DType.I64))}[ctx.op_type]()
+    weights = np.array([1 << k for k in range(n_bits)], np.uint64).view(np.int64)  # bit 63 weighs -2**63
+    return g.cast(g.sum(combined * g.constant(weights), [-1]), a.dtype)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from ..onnx import onnx_dtype, onnx_op
-from .conv import _Window
+from .conv import Window, convolve
 
 
 @onnx_op("QuantizeLinear")
@@ -99,12 +99,10 @@ def _centered(g, q, zero_point, dtype, channel_axis_dims=None):
 def _integer_conv(ctx, x, x_zp, w, w_zp, dtype):
     """The convolution of the zero-centred integers, exact in f64, as ``dtype``."""
     g = ctx.g
-    if x.rank not in (3, 4):
-        raise ctx.unsupported(f"{ctx.op_type} over {x.rank - 2} spatial axes")
     xc = _centered(g, x, x_zp, DType.F64)
     wc = _centered(g, w, w_zp, DType.F64, [w.dims[0]] + [1] * (w.rank - 1))
-    win = _Window(ctx, x.dims[2:], ctx.attr("kernel_shape", w.dims[2:]))
-    y = g.conv(xc, wc, strides=win.strides, pads=win.pads, dilations=win.dilations, groups=ctx.attr("group", 1))
+    win = Window.of_node(ctx, x.dims[2:], ctx.attr("kernel_shape", w.dims[2:]))
+    y = convolve(ctx, xc, wc, None, win, ctx.attr("group", 1))
     return g.cast(y, dtype)
 
 
