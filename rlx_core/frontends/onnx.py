@@ -41,15 +41,17 @@ from ..ir.graph import Graph
 from ..ir.node import Value
 from ..reference import evaluate
 
-__all__ = ["load_onnx", "load_onnx_for", "OnnxModel", "onnx_op", "ConvertContext", "CONVERTERS", "onnx_dtype",
-           "ConstantRequiredError", "MIN_OPSET", "max_opset",
-           "ONNX_DTYPES", "computed_in_f32"]
+__all__ = ["load_onnx", "load_onnx_for", "OnnxModel", "onnx_op", "ConvertContext", "SubgraphImport", "CONVERTERS",
+           "onnx_dtype", "ONNX_DTYPES", "ConstantRequiredError", "computed_in_f32", "MIN_OPSET", "max_opset"]
 
 CONVERTERS: dict[str, Callable[["ConvertContext"], Any]] = {}
-# Ops that must not be evaluated at import time even with constant inputs.
-NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                "Bernoulli"}
+# Ops whose results must not be computed at import time even from constant inputs.
+NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
 MIN_OPSET = 13
+# TensorProto element type numbers (fixed by onnx.proto) -> RLX dtypes
+ONNX_DTYPES = {1: DType.F32, 10: DType.F16, 16: DType.BF16, 11: DType.F64, 3: DType.I8, 5: DType.I16,
+               6: DType.I32, 7: DType.I64, 2: DType.U8, 12: DType.U32, 9: DType.BOOL, 14: DType.C64,
+               15: DType.C128}
 
 
 class ConstantRequiredError(FrontendError):
@@ -91,9 +93,9 @@ def onnx_dtype(elem_type: int) -> DType:
     return ONNX_DTYPES[elem_type]
 
 
-ONNX_DTYPES = {1: DType.F32, 10: DType.F16, 16: DType.BF16, 11: DType.F64, 3: DType.I8, 5: DType.I16,
-                6: DType.I32, 7: DType.I64, 2: DType.U8, 12: DType.U32, 9: DType.BOOL, 14: DType.C64,
-                15: DType.C128}  # TensorProto.FLOAT = 1, ... (numbers fixed by onnx.proto)
+def node_label(node, opset: int) -> str:
+    """How errors name a node: ``ONNX node 'proj' (MatMul, opset 17)``."""
+    return f"ONNX node '{node.name or node.output[0]}' ({node.op_type}, opset {opset})"
 
 
 class ConvertContext:
@@ -151,8 +153,8 @@ class ConvertContext:
         if isinstance(v, Value):
             if name in self.importer.initializer_values:
                 return self.importer.initializer_values[name]
-            raise ConstantRequiredError(self.error(f"input {i} ('{name}') must be a constant known at import "
-                                                   f"time (RLX graphs are statically shaped)").args[0], name)
+            raise ConstantRequiredError(f"{node_label(self.node, self.opset)}: input {i} ('{name}') must be a "
+                                        f"constant known at import time (RLX graphs are statically shaped)", name)
         return v
 
     def const_ints(self, i: int, default=None) -> tuple[int, ...] | None:
@@ -195,8 +197,7 @@ class ConvertContext:
 
     # --- errors -------------------------------------------------------------------------
     def error(self, message: str) -> FrontendError:
-        n = self.node
-        return FrontendError(f"ONNX node '{n.name or n.output[0]}' ({n.op_type}, opset {self.opset}): {message}")
+        return FrontendError(f"{node_label(self.node, self.opset)}: {message}")
 
     def unsupported(self, what: str) -> FrontendError:
         """The error for a case beyond what the IR expresses: ``what`` says which."""
@@ -308,18 +309,18 @@ class _Importer:
     def _convert_nodes(self, g: Graph, nodes, env) -> None:
         for node in nodes:
             if node.domain not in ("", "ai.onnx"):
-                raise FrontendError(f"ONNX node '{node.name or node.output[0]}' ({node.op_type}) uses domain "
-                                    f"'{node.domain}'; only the default domain (ai.onnx) is supported")
+                raise FrontendError(f"{node_label(node, self.opset)} uses domain '{node.domain}'; only the "
+                                    f"default domain (ai.onnx) is supported")
             conv = CONVERTERS.get(node.op_type)
             if conv is None:
-                raise FrontendError(f"ONNX node '{node.name or node.output[0]}' ({node.op_type}, opset "
-                                    f"{self.opset}): op type {node.op_type} is not supported by the RLX importer")
-            missing = [i for i in list(node.input) + _free_names_of_node(node) if i and i not in env]
+                raise FrontendError(f"{node_label(node, self.opset)}: op type {node.op_type} is not supported "
+                                    f"by the RLX importer")
+            reads = [i for i in list(node.input) + _free_names_of_node(node) if i]
+            missing = [i for i in reads if i not in env]
             if missing:
-                raise FrontendError(f"ONNX node '{node.name or node.output[0]}' ({node.op_type}) reads "
-                                    f"{missing}, which no earlier node, input or initializer defines")
-            reads = list(node.input) + _free_names_of_node(node)
-            known = all(i == "" or (i in env and not isinstance(env[i], Value)) for i in reads)
+                raise FrontendError(f"{node_label(node, self.opset)} reads {missing}, which no earlier node, "
+                                    f"input or initializer defines")
+            known = all(not isinstance(env[i], Value) for i in reads)
             if known and node.op_type not in NOT_FOLDABLE and any(node.input):
                 outs = self._fold(node, env, conv)
             else:
