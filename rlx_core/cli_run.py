@@ -62,6 +62,8 @@ def _run(args) -> int:
     from .frontends.onnx import load_onnx_for
     from .runtime import Session
 
+    if args.check:
+        _require_onnxruntime()
     t0 = time.perf_counter()
     try:
         proto = onnx.load(args.model)
@@ -186,12 +188,16 @@ def _choose_device(graph, requested: str):
                                                                                 "no backend plugin is installed"))
 
 
-def _onnxruntime(path: str, feeds) -> list[np.ndarray]:
+def _require_onnxruntime():
     try:
-        import onnxruntime as ort
+        import onnxruntime
     except ImportError:
         raise _UsageError("--check needs onnxruntime (pip install onnxruntime)") from None
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return onnxruntime
+
+
+def _onnxruntime(path: str, feeds) -> list[np.ndarray]:
+    session = _require_onnxruntime().InferenceSession(path, providers=["CPUExecutionProvider"])
     return [np.asarray(o) for o in session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})]
 
 
