@@ -242,3 +242,18 @@ def test_random_ops_in_ort_mode_reproduce_onnxruntime(ox, op, attrs, dtype):
     got = ox.run_rlx(model, {"x": x}, rng_mode="ort")
     for g, e in zip(got, expected):
         np.testing.assert_array_equal(g, e)
+
+
+@pytest.mark.parametrize("node,inits,out_dims", [
+    (helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"]),
+     {"starts": [3, -1], "ends": [0, -100], "axes": [2, 0], "steps": [-1, -2]}, [2, 4, 3]),
+    (helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], mode="reflect"),
+     {"pads": [2, 0, 1, 1], "axes": [2, 1]}, [3, 5, 8]),
+    (helper.make_node("Pad", ["x", "pads"], ["y"], mode="wrap"), {"pads": [0, 5, -1, 1, 2, 0]}, [4, 11, 4]),
+    (helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[-1, 0]), {"shape": [2, 5]}, [5, 4, 2]),
+])
+def test_axes_lists_keep_their_order(ox, node, inits, out_dims):
+    """Axis lists pair with other lists (starts, pads ...), so their order matters."""
+    initializers = [onnx.numpy_helper.from_array(np.array(v, np.int64), k) for k, v in inits.items()]
+    model = ox.make_model([node], [("x", F, [3, 4, 5])], [("y", F, out_dims)], initializers=initializers)
+    ox.assert_matches_onnxruntime(model, {"x": np.arange(60, dtype=np.float32).reshape(3, 4, 5)})

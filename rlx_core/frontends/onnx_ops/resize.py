@@ -16,6 +16,7 @@ import numpy as np
 from ...ir.dtypes import DType
 from ..onnx import computed_in_f32, onnx_op
 from .quant import saturate
+from .tensor import ordered_axes
 
 
 @onnx_op("Resize")
@@ -23,7 +24,7 @@ def resize(ctx):
     g = ctx.g
     x = ctx.input(0)
     rank = x.rank
-    axes = [a % rank for a in ctx.attr("axes", range(rank))]
+    axes = ordered_axes(ctx, ctx.attr("axes", range(rank)), rank)
     roi, scales, sizes = ctx.const(1), ctx.const(2), ctx.const(3)
     roi = None if roi is None or roi.size == 0 else np.asarray(roi, np.float64)
     scales = None if scales is None or scales.size == 0 else [float(s) for s in scales]

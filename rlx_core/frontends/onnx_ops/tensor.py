@@ -14,7 +14,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from ...ir.ops.movement import slice_bounds
-from ...ir.shape import broadcast_dims, normalize_axes, normalize_axis
+from ...ir.shape import broadcast_dims, normalize_axis
 from ..onnx import onnx_dtype, onnx_op
 
 
@@ -131,12 +131,20 @@ def slice_(ctx):
     axes = ctx.const_ints(3, tuple(range(len(starts))))
     steps = ctx.const_ints(4, (1,) * len(starts))
     taken = [range(n) for n in x.dims]
-    for axis, start, end, step in zip(normalize_axes(axes, x.rank, "Slice axes"), starts, ends, steps):
+    for axis, start, end, step in zip(ordered_axes(ctx, axes, x.rank), starts, ends, steps):
         if step == 0:
             raise ctx.error("Slice steps must not be 0")
         taken[axis] = onnx_slice_range(x.dims[axis], start, end, step)
     bounds = [slice_bounds(r, n) for r, n in zip(taken, x.dims)]
     return ctx.g.slice(x, *(list(col) for col in zip(*bounds))) if x.rank else x
+
+
+def ordered_axes(ctx, axes, rank: int) -> list[int]:
+    """``axes`` made non-negative, in the given order (they pair with other lists)."""
+    out = [normalize_axis(int(a), rank, f"{ctx.op_type} axis") for a in axes]
+    if len(set(out)) != len(out):
+        raise ctx.error(f"axes {list(axes)} repeat an axis")
+    return out
 
 
 def onnx_slice_range(n: int, start: int, end: int, step: int) -> range:
@@ -174,7 +182,7 @@ def split(ctx):
 def center_crop_pad(ctx):
     x = ctx.input(0)
     target = ctx.const_ints(1)
-    axes = normalize_axes(ctx.attr("axes", list(range(x.rank))), x.rank, "CenterCropPad axes")
+    axes = ordered_axes(ctx, ctx.attr("axes", range(x.rank)), x.rank)
     pads = [[0, 0] for _ in x.dims]
     for axis, size in zip(axes, target):
         diff = size - x.dims[axis]  # > 0: pad, < 0: crop (a negative pad); the extra one goes last
@@ -218,7 +226,7 @@ def tile(ctx):
 def pad(ctx):
     x = ctx.input(0)
     amounts = ctx.const_ints(1)
-    axes = normalize_axes(ctx.const_ints(3, tuple(range(x.rank))), x.rank, "Pad axes")
+    axes = ordered_axes(ctx, ctx.const_ints(3, range(x.rank)), x.rank)
     if len(amounts) != 2 * len(axes):
         raise ctx.error(f"Pad pads {list(amounts)} must hold a begin and an end per padded axis ({len(axes)})")
     pads = [[0, 0] for _ in x.dims]
