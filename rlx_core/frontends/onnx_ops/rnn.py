@@ -13,6 +13,7 @@ import numpy as np
 
 from ...ir.dtypes import DType
 from ..onnx import onnx_op
+from .tensor import reverse_within_lengths
 
 # activation name -> f(g, x, alpha, beta); the defaults of alpha/beta are ONNX's
 _ACTIVATIONS = {
@@ -105,13 +106,10 @@ def _initial(ctx, index, d, batch, hidden, dtype):
 
 def _reverse_time(g, v, lens):
     """Reverse the time axis (0); with ``lens [batch]``, each sequence within its length."""
-    seq = v.dims[0]
     if lens is None:
+        seq = v.dims[0]
         return g.slice(v, [seq - 1], [-seq - 1], [-1], axes=[0])
-    t = g.constant(np.arange(seq, dtype=np.int64).reshape(seq, 1))
-    idx = g.where(t < lens, lens - 1 - t, t)  # [seq, batch]
-    idx = g.expand(g.reshape(idx, [seq, -1] + [1] * (v.rank - 2)), v.dims)
-    return g.gather_elements(v, idx, axis=0)
+    return reverse_within_lengths(g, v, lens, 0, 1)
 
 
 def _scan(ctx, op, projected, state, r, rb, peep, lens, funcs, hidden):

@@ -286,15 +286,18 @@ def one_hot(ctx):
 
 @onnx_op("ReverseSequence")
 def reverse_sequence(ctx):
-    """Each batch entry b reverses its first ``lens[b]`` time steps: one gather_elements
-    with index ``lens[b] - 1 - t`` for ``t < lens[b]``, else ``t``."""
-    x, lens = ctx.input(0), ctx.input(1)
-    t_axis, b_axis = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
-    t = np.arange(x.dims[t_axis], dtype=np.int64).reshape([-1 if i == t_axis else 1 for i in range(x.rank)])
-    lens = ctx.g.reshape(ctx.g.cast(lens, DType.I64), [-1 if i == b_axis else 1 for i in range(x.rank)])
-    t = ctx.g.constant(t)
-    idx = ctx.g.where(t < lens, lens - 1 - t, t)
-    return ctx.g.gather_elements(x, ctx.g.expand(idx, x.dims), axis=t_axis)
+    return reverse_within_lengths(ctx.g, ctx.input(0), ctx.input(1), ctx.attr("time_axis", 0),
+                                  ctx.attr("batch_axis", 1))
+
+
+def reverse_within_lengths(g, x, lens, time_axis: int, batch_axis: int):
+    """Each batch entry b reverses its first ``lens[b]`` steps along ``time_axis``: one
+    gather_elements with index ``lens[b] - 1 - t`` for ``t < lens[b]``, else ``t``."""
+    t = np.arange(x.dims[time_axis], dtype=np.int64).reshape([-1 if i == time_axis else 1 for i in range(x.rank)])
+    lens = g.reshape(g.cast(lens, DType.I64), [-1 if i == batch_axis else 1 for i in range(x.rank)])
+    t = g.constant(t)
+    idx = g.where(t < lens, lens - 1 - t, t)
+    return g.gather_elements(x, g.expand(idx, x.dims), axis=time_axis)
 
 
 # --- gathers ----------------------------------------------------------------------------
