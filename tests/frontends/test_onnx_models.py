@@ -1,4 +1,5 @@
-"""Real models, built here (no downloads): torch modules exported with torch.onnx.export
+"""Real models, built here (no downloads): torch modules (MLP, CNN, UNet, transformer encoder
+layer, GPT-2 block, LSTM + GRU) exported with torch.onnx.export
 and models written with onnx.helper, each imported, run on rlx-cpu and compared with
 onnxruntime to 1e-4 (f32)."""
 from __future__ import annotations
@@ -82,12 +83,26 @@ class TinyUNet(torch.nn.Module):
         return torch.sigmoid(self.head(up))
 
 
+class Recurrent(torch.nn.Module):
+    """A two-layer bidirectional LSTM then a GRU over its outputs, batch first."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 12, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = torch.nn.GRU(24, 6, batch_first=True)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        z, h = self.gru(y)
+        return z + h.transpose(0, 1)
+
+
 def _seeded(*dims):
     return torch.from_numpy(np.random.default_rng(sum(dims)).standard_normal(dims).astype(np.float32))
 
 
 @pytest.mark.parametrize("opset", [14, 17])
-@pytest.mark.parametrize("name", ["mlp", "cnn", "unet", "encoder", "gpt2"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "unet", "encoder", "gpt2", "rnn"])
 def test_torch_models_match_onnxruntime(ox, name, opset):
     torch.manual_seed(0)
     builders = {
@@ -102,6 +117,7 @@ def test_torch_models_match_onnxruntime(ox, name, opset):
         "unet": lambda: (TinyUNet(), _seeded(2, 3, 16, 16)),
         "encoder": lambda: (EncoderLayer(), _seeded(2, 8, 32)),
         "gpt2": lambda: (GPT2Block(), _seeded(2, 8, 32)),
+        "rnn": lambda: (Recurrent(), _seeded(3, 7, 8)),
     }
     module, x = builders[name]()
     with torch.no_grad():  # non-trivial BatchNorm statistics
