@@ -46,7 +46,7 @@ __all__ = ["load_onnx", "load_onnx_for", "OnnxModel", "onnx_op", "ConvertContext
 
 CONVERTERS: dict[str, Callable[["ConvertContext"], Any]] = {}
 # Ops whose results must not be computed at import time even from constant inputs.
-NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike"}
+NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
 MIN_OPSET = 13
 # TensorProto element type numbers (fixed by onnx.proto) -> RLX dtypes
 ONNX_DTYPES = {1: DType.F32, 10: DType.F16, 16: DType.BF16, 11: DType.F64, 3: DType.I8, 5: DType.I16,

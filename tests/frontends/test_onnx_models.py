@@ -1,7 +1,7 @@
-"""Real models, built here (no downloads): torch modules (MLP, CNN, UNet, transformer encoder
-layer, GPT-2 block, LSTM + GRU) exported with torch.onnx.export
-and models written with onnx.helper, each imported, run on rlx-cpu and compared with
-onnxruntime to 1e-4 (f32)."""
+"""Real models, built here (no downloads): torch modules (MLP, CNN, UNet, transformer
+encoder layer, GPT-2 block, LSTM + GRU) exported with torch.onnx.export, and models
+written with onnx.helper, each imported, run on rlx-cpu and compared with onnxruntime
+to 1e-4 (f32)."""
 from __future__ import annotations
 
 import io
@@ -274,3 +274,24 @@ def test_axes_lists_keep_their_order(ox, node, inits, out_dims):
     initializers = [onnx.numpy_helper.from_array(np.array(v, np.int64), k) for k, v in inits.items()]
     model = ox.make_model([node], [("x", F, [3, 4, 5])], [("y", F, out_dims)], initializers=initializers)
     ox.assert_matches_onnxruntime(model, {"x": np.arange(60, dtype=np.float32).reshape(3, 4, 5)})
+
+
+def test_det_of_random_singular_and_permuted_matrices(ox):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((4, 5, 5)).astype(np.float32)
+    a[1, 3] = a[1, 0] * 2  # singular
+    a[2] = a[2][[4, 2, 0, 1, 3]]  # pivoting needed
+    a[3, :, 0] = 0  # a zero first column
+    model = ox.make_model([helper.make_node("Det", ["a"], ["d"])], [("a", F, [4, 5, 5])], [("d", F, [4])])
+    ox.assert_matches_onnxruntime(model, {"a": a})
+    np.testing.assert_allclose(ox.run_rlx(model, {"a": a})[0], np.linalg.det(a.astype(np.float64)), atol=1e-4,
+                               rtol=1e-4)
+
+
+def test_bernoulli_draws_with_the_given_probabilities(ox):
+    p = np.repeat(np.array([0.0, 0.25, 0.9, 1.0], np.float32), 4000)
+    model = ox.make_model([helper.make_node("Bernoulli", ["p"], ["y"], seed=3.0)], [("p", F, [16000])],
+                          [("y", F, [16000])])
+    y = ox.run_rlx(model, {"p": p}, rng_mode="ort")[0].reshape(4, 4000)
+    assert set(np.unique(y)) <= {0.0, 1.0}
+    np.testing.assert_allclose(y.mean(axis=1), [0.0, 0.25, 0.9, 1.0], atol=0.03)

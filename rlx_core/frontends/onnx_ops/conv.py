@@ -215,11 +215,17 @@ def pool(ctx):
     return [windows.max(), windows.argmax_positions(ctx.attr("storage_order", 0))] if ctx.wants(1) else windows.max()
 
 
-@onnx_op("GlobalAveragePool", "GlobalMaxPool")
+@onnx_op("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
 def global_pool(ctx):
+    g = ctx.g
     x = ctx.input(0)
     axes = list(range(2, x.rank))
-    return ctx.g.mean(x, axes, True) if ctx.op_type == "GlobalAveragePool" else ctx.g.reduce_max(x, axes, True)
+    if ctx.op_type == "GlobalAveragePool":
+        return g.mean(x, axes, True)
+    if ctx.op_type == "GlobalMaxPool":
+        return g.reduce_max(x, axes, True)
+    p = float(ctx.attr("p", 2))
+    return g.pow(g.sum(g.pow(g.abs(x), p), axes, True), 1 / p)
 
 
 @onnx_op("LpPool")

@@ -145,3 +145,34 @@ def _arrange(g, x, labels, order, size):
         x = g.transpose(x, [labels.index(c) for c in order])
     dims = [size[c] for c in order]
     return g.expand(x, dims) if list(x.dims) != dims else x
+
+
+@onnx_op("Det")
+def det(ctx):
+    """Determinant of ``[..., M, M]`` by Gaussian elimination with partial pivoting,
+    unrolled over the M columns: the determinant is the product of the pivots, its sign
+    flipped by every row swap. A zero pivot column gives 0 (the matrix is singular)."""
+    g = ctx.g
+    a = ctx.input(0)
+    m = a.dims[-1]
+    if a.rank < 2 or a.dims[-2] != m:
+        raise ctx.error(f"Det needs square matrices [..., M, M], got {list(a.dims)}")
+    batch = a.dims[:-2]
+    rows = np.arange(m, dtype=np.int64)
+    result = g.constant(np.ones(batch, a.dtype.np))
+    for k in range(m):
+        column = g.reshape(g.slice(a, [k], [k + 1], axes=[-1]), batch + (m,))
+        candidates = g.where(g.constant(rows >= k), g.abs(column), g.as_value(-1.0, a.dtype))
+        pivot_row = g.argmax(candidates, -1, True)  # [..., 1]
+        swap = g.where(g.eq(g.constant(rows), g.as_value(k, DType.I64)), pivot_row,
+                       g.where(g.eq(g.constant(rows), pivot_row), g.as_value(k, DType.I64), g.constant(rows)))
+        a = g.gather_elements(a, g.expand(g.unsqueeze(swap, [-1]), a.dims), axis=-2)
+        pivot = g.reshape(g.slice(g.slice(a, [k], [k + 1], axes=[-2]), [k], [k + 1], axes=[-1]), batch)
+        flipped = g.ne(g.reshape(pivot_row, batch), g.as_value(k, DType.I64))
+        result = result * pivot * g.where(flipped, g.as_value(-1.0, a.dtype), g.as_value(1.0, a.dtype))
+        safe = g.where(g.eq(pivot, 0.0), g.as_value(1.0, a.dtype), pivot)
+        column = g.slice(a, [k], [k + 1], axes=[-1])  # [..., M, 1], after the swap
+        factors = g.where(g.constant((rows > k).reshape(m, 1)), column / g.reshape(safe, batch + (1, 1)),
+                          g.as_value(0.0, a.dtype))
+        a = a - factors * g.slice(a, [k], [k + 1], axes=[-2])
+    return result

@@ -28,3 +28,14 @@ def random_normal(ctx):
 def random_uniform(ctx):
     return ctx.g.rng_uniform(low=float(ctx.attr("low", 0.0)), high=float(ctx.attr("high", 1.0)),
                              **_rng_attrs(ctx))
+
+
+@onnx_op("Bernoulli")
+def bernoulli(ctx):
+    """1 with probability ``p`` (the input), else 0: ``uniform < p`` -- ONNX's definition
+    of the op as a function of RandomUniformLike. The numbers follow the run's rng
+    mode; no mode reproduces onnxruntime's own Bernoulli kernel."""
+    p = ctx.input(0)
+    seed = ctx.attr("seed")
+    u = ctx.g.rng_uniform(like=p, dtype=p.dtype, seed=None if seed is None else int(np.float32(seed)))
+    return ctx.g.cast(u < p, onnx_dtype(ctx.attr("dtype")) if "dtype" in ctx.attrs else p.dtype)
