@@ -1,5 +1,5 @@
-"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and the integer
-products ConvInteger, MatMulInteger's quantized cousins QLinearMatMul and QLinearConv.
+"""Quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear and the
+quantized integer products ConvInteger, QLinearMatMul and QLinearConv.
 
 The integer products are computed exactly (i32, or f64 for convolutions, whose sums of
 8-bit products stay far below 2**53) and requantized as ONNX's reference does: the
