@@ -1,0 +1,43 @@
+"""What the wgpu backend claims: op kind -> dtypes (keyed as legalize keys them: the
+first input's dtype, or the output's for source ops), plus the finer per-node checks.
+
+Everything claimed here is implemented exactly as the reference defines it (within the
+conformance tolerances); what is not claimed is rejected by legalize with the reason.
+"""
+from __future__ import annotations
+
+from rlx_core.ir import DType, Node, all_schemas
+from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
+
+from .codegen.elementwise import supports
+from .layout import COMPUTE_TYPES
+
+__all__ = ["supported_ops", "check_node", "compute_dtypes"]
+
+ALL = None  # every dtype the kind accepts
+_PASSTHROUGH = {"input": ALL, "param": ALL, "constant": ALL, "arange": ALL, "reshape": ALL}
+
+
+def compute_dtypes(f16: bool) -> frozenset[DType]:
+    """Dtypes kernels compute on: f32, i32, u32, bool, c64, and f16 with ``shader-f16``."""
+    return frozenset(d for d in COMPUTE_TYPES if f16 or d is not DType.F16)
+
+
+def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
+    computed = compute_dtypes(f16)
+    table: dict[str, frozenset[DType] | None] = dict(_PASSTHROUGH)
+    schemas = all_schemas()
+    for kind in list(UNARY) + list(BINARY) + list(COMPARE):
+        table[kind] = frozenset(d for d in schemas[kind].dtypes & computed if supports(kind, d, d))
+    table["cast"] = computed
+    table["where"] = frozenset({DType.BOOL})
+    return {kind: dtypes for kind, dtypes in table.items() if dtypes is None or dtypes}
+
+
+def check_node(node: Node, gpu) -> str | None:
+    """Why this backend cannot run ``node`` beyond its kind and dtype, or None."""
+    computed = compute_dtypes(gpu.f16)
+    if node.kind in ("cast", "where") and node.outputs[0].dtype not in computed:
+        return (f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend "
+                f"(it computes on {', '.join(sorted(d.value for d in computed))})")
+    return None
