@@ -10,12 +10,14 @@ from rlx_core.ir import DType, Node, all_schemas
 from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 
 from .codegen.elementwise import supports
+from .codegen.movement import movable
 from .layout import COMPUTE_TYPES
 
 __all__ = ["supported_ops", "check_node", "compute_dtypes"]
 
 ALL = None  # every dtype the kind accepts
 _PASSTHROUGH = {"input": ALL, "param": ALL, "constant": ALL, "arange": ALL, "reshape": ALL}
+_MOVERS = ("transpose", "slice", "concat", "split", "expand", "pad", "frame", "gather", "gather_elements")
 
 
 def compute_dtypes(f16: bool) -> frozenset[DType]:
@@ -30,6 +32,9 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     for kind in list(UNARY) + list(BINARY) + list(COMPARE):
         table[kind] = frozenset(d for d in schemas[kind].dtypes & computed if supports(kind, d, d))
     table["cast"] = computed
+    movers = frozenset(d for d in DType if movable(d, f16))
+    table.update({kind: movers for kind in _MOVERS})
+    table["scatter_add"] = computed
     table["where"] = frozenset({DType.BOOL})
     return {kind: dtypes for kind, dtypes in table.items() if dtypes is None or dtypes}
 
