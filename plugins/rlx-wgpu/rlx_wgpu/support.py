@@ -17,6 +17,8 @@ __all__ = ["supported_ops", "check_node", "compute_dtypes"]
 
 ALL = None  # every dtype the kind accepts
 _PASSTHROUGH = {"input": ALL, "param": ALL, "constant": ALL, "arange": ALL, "reshape": ALL}
+_ALONG_AXIS = ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min", "argmax", "argmin",
+               "softmax", "log_softmax", "cumsum", "topk")
 _MOVERS = ("transpose", "slice", "concat", "split", "expand", "pad", "frame", "gather", "gather_elements")
 
 
@@ -35,6 +37,8 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     movers = frozenset(d for d in DType if movable(d, f16))
     table.update({kind: movers for kind in _MOVERS})
     table["scatter_add"] = computed
+    for kind in _ALONG_AXIS:
+        table[kind] = schemas[kind].dtypes & computed
     table["where"] = frozenset({DType.BOOL})
     return {kind: dtypes for kind, dtypes in table.items() if dtypes is None or dtypes}
 
