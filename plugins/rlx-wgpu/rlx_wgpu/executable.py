@@ -64,7 +64,7 @@ class WgpuExecutable(ExecutableGraph):
         node = step.root
         if node.kind in CONTROL_KINDS:
             return CONTROL_KINDS[node.kind](index, node, self)
-        k = KernelContext(self.graph, node, self.gpu)
+        k = KernelContext(self.graph, node, self.gpu, self.options.backend)
         if step.fused:
             fused_kernel(k, list(step.nodes))
             return KernelStep(index, step.nodes, k)

@@ -11,7 +11,7 @@ pattern) given with ``k.data(array)``, uploaded once like a constant.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -58,6 +58,7 @@ class KernelContext:
     graph: Graph
     node: Node
     gpu: object  # rlx_wgpu.gpu.Gpu (or any object with f16, limits, workgroup_bytes)
+    options: Mapping = field(default_factory=dict)  # CompileOptions.backend
     dispatches: list[Dispatch] = field(default_factory=list)
     scratch_sizes: list[int] = field(default_factory=list)
     data_arrays: list = field(default_factory=list)

@@ -1,0 +1,226 @@
+"""matmul (tiled, in workgroup memory, register blocked) and dense_solve (LU).
+
+matmul: each workgroup computes a ``BM x BN`` tile of C, stepping through K in slices of
+``BK``: the A and B slices are staged in workgroup memory, each invocation accumulates a
+``TM x TN`` block of C in registers (as vec4 rows), and the next slices are fetched from
+global memory into registers while the current ones are multiplied. When every dim is a
+multiple of its tile (and the rows of A, B, C are whole vec4s), loads and stores are
+vec4 and unguarded; otherwise a guarded scalar path handles the edges. Batch dims
+broadcast through the workgroup's z index. 16-bit floats accumulate in f32; integers
+wrap exactly (two's complement). The tile is picked from the problem size, or forced
+with ``CompileOptions(backend={"matmul_tile": "128x128x8/8x8"})``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rlx_core.errors import RlxError
+from rlx_core.ir import DType
+
+from .base import KernelContext, generator
+from .reduce import acc_type
+from .wgsl import ravel, shader, strides, u32, unravel
+
+__all__ = ["Tile", "TILES", "pick_tile", "parse_tile", "matmul_source"]
+
+
+@dataclass(frozen=True)
+class Tile:
+    bm: int
+    bn: int
+    bk: int
+    tm: int  # rows per invocation (multiple of 4)
+    tn: int  # columns per invocation (multiple of 4)
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}"
+
+
+TILES = {str(t): t for t in (Tile(128, 128, 8, 8, 8), Tile(128, 128, 16, 8, 8), Tile(128, 64, 8, 8, 4),
+                             Tile(64, 64, 8, 4, 4), Tile(64, 64, 16, 4, 4), Tile(16, 16, 8, 4, 4))}
+
+
+def parse_tile(text: str) -> Tile:
+    try:
+        bm, bn, bk, tm, tn = (int(v) for v in text.replace("/", "x").split("x"))
+    except ValueError:
+        raise RlxError(f"matmul_tile must look like '128x128x8/8x8' (BMxBNxBK/TMxTN), got {text!r}") from None
+    tile = Tile(bm, bn, bk, tm, tn)
+    if tm % 4 or tn % 4 or bm % tm or bn % tn or bm % 4 or bn % 4 or bk % 4 or not 0 < tile.threads <= 256:
+        raise RlxError(f"matmul_tile {text!r}: TM and TN must be multiples of 4 dividing BM and BN, BK a "
+                       f"multiple of 4, and (BM/TM)*(BN/TN) <= 256 invocations")
+    return tile
+
+
+def pick_tile(m: int, n: int, forced: str | None = None) -> Tile:
+    """The tile for an ``m x n`` result: big tiles for big products, small ones for the rest."""
+    if forced:
+        return parse_tile(forced)
+    if m >= 512 and n >= 512:
+        return TILES["128x128x8/8x8"]
+    if m >= 64 and n >= 64:
+        return TILES["64x64x8/4x4"]
+    return TILES["16x16x8/4x4"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    m: int
+    n: int
+    k: int
+    batch: int
+    a_batch: str  # element offset of A's matrix for batch index ``b`` (WGSL)
+    b_batch: str
+    dtype: DType
+
+
+def _problem(k: KernelContext) -> Problem:
+    a, b = k.ins
+    a_dims = (1,) + a.dims if a.rank == 1 else a.dims
+    b_dims = b.dims + (1,) if b.rank == 1 else b.dims
+    m, kk, n = a_dims[-2], a_dims[-1], b_dims[-1]
+    batch_dims = tuple(d for d in k.outs[0].dims[:len(k.outs[0].dims) - (a.rank > 1) - (b.rank > 1)])
+    return Problem(m, n, kk, math.prod(batch_dims), _batch_offset(batch_dims, a_dims[:-2], m * kk),
+                   _batch_offset(batch_dims, b_dims[:-2], kk * n), a.dtype)
+
+
+def _batch_offset(out_batch, own_batch, matrix: int) -> str:
+    """Element offset of an operand's matrix for batch ``b`` (its batch dims broadcast)."""
+    lead = len(out_batch) - len(own_batch)
+    st = strides(own_batch)
+    per_axis = [0] * lead + [s * matrix if d != 1 else 0 for s, d in zip(st, own_batch)]
+    return ravel(unravel("b", out_batch), per_axis)
+
+
+@generator("matmul")
+def matmul(k: KernelContext) -> None:
+    p = _problem(k)
+    if p.m * p.n * p.batch == 0:
+        return
+    tile = pick_tile(p.m, p.n, k.options.get("matmul_tile"))
+    source = matmul_source(p, tile, k.storage(p.dtype))
+    grid_ = (-(-p.n // tile.bn), -(-p.m // tile.bm), p.batch)
+    k.emit(source, [k.input(0), k.input(1), k.output()], grid_)
+
+
+def matmul_source(p: Problem, t: Tile, storage: str) -> str:
+    """The WGSL of one matmul problem with tile ``t`` (see the module docstring)."""
+    c = acc_type(p.dtype)
+    vec = storage in ("f32", "i32", "u32") and p.m % t.bm == 0 and p.n % t.bn == 0 and p.k % t.bk == 0 \
+        and p.k % 4 == 0 and p.n % 4 == 0
+    gm, gn = t.tm // 4, t.tn // 4            # vec4 row groups / column groups per invocation
+    tx_count, ty_count = t.bn // t.tn, t.bm // t.tm
+    row_step, col_step = t.bm // gm, t.bn // gn  # distance between an invocation's groups
+    tiles_k = -(-p.k // t.bk)
+    zero = {"f32": "0.0f", "i32": "0i", "u32": "0u"}[c]
+    lines = [f"let tx = lid % {u32(tx_count)};", f"let ty = lid / {u32(tx_count)};",
+             f"let m0 = wid.y * {u32(t.bm)};", f"let n0 = wid.x * {u32(t.bn)};", "let b = wid.z;",
+             f"let a0 = {p.a_batch};", f"let b0 = {p.b_batch};", f"let c0 = b * {u32(p.m * p.n)};"]
+    lines += [f"var acc_{g}_{i}_{h} = vec4<{c}>();" for g in range(gm) for i in range(4) for h in range(gn)]
+    fetch, stash = _staging(p, t, vec, c, zero, storage)
+    compute = []
+    for kk in range(t.bk):
+        compute += [f"let a{g}_{kk} = As[{u32(kk * t.bm // 4 + g * row_step // 4)} + ty];" for g in range(gm)]
+        compute += [f"let b{h}_{kk} = Bs[{u32(kk * t.bn // 4 + h * col_step // 4)} + tx];" for h in range(gn)]
+        compute += [f"acc_{g}_{i}_{h} = acc_{g}_{i}_{h} + a{g}_{kk}[{i}] * b{h}_{kk};"
+                    for g in range(gm) for i in range(4) for h in range(gn)]
+    if tiles_k:
+        lines += fetch("0u")
+        lines += [f"for (var kt = 0u; kt < {u32(tiles_k)}; kt = kt + 1u) {{", *[f"  {s}" for s in stash],
+                  "  workgroupBarrier();", f"  if (kt + 1u < {u32(tiles_k)}) {{",
+                  *[f"    {s}" for s in fetch(f"(kt + 1u) * {u32(t.bk)}", declare=False)], "  }",
+                  *[f"  {s}" for s in compute], "  workgroupBarrier();", "}"]
+    for g in range(gm):
+        for i in range(4):
+            row = f"m0 + {u32(g * row_step + i)} + ty * 4u"
+            for h in range(gn):
+                col = f"n0 + {u32(h * col_step)} + tx * 4u"
+                lines += _store_c(p, vec, f"acc_{g}_{i}_{h}", row, col, storage)
+    decls = (f"var<workgroup> As: array<vec4<{c}>, {t.bk * t.bm // 4}>;\n"
+             f"var<workgroup> Bs: array<vec4<{c}>, {t.bk * t.bn // 4}>;\n")
+    elem = f"vec4<{storage}>" if vec else storage
+    return shader([("A", elem), ("B", elem), ("C", elem)], "".join(f"  {s}\n" for s in lines), t.threads, decls)
+
+
+def _staging(p: Problem, t: Tile, vec: bool, c: str, zero: str, storage: str):
+    """``(fetch(k0), stash)``: lines loading the A and B slices at K offset ``k0`` into
+    registers, and lines storing those registers into workgroup memory (As transposed,
+    so that an invocation reads its TM rows of one k as vec4s)."""
+    width = 4 if vec else 1
+    a_count, b_count = t.bm * t.bk // width, t.bk * t.bn // width
+    a_loads, b_loads = -(-a_count // t.threads), -(-b_count // t.threads)
+
+    def fetch(k0: str, declare: bool = True) -> list[str]:
+        out = []
+        for j in range(a_loads):
+            e = f"(lid + {u32(j * t.threads)})"
+            row, col = f"({e} / {u32(t.bk // width)})", f"({e} % {u32(t.bk // width)})"
+            out.append(_assign(declare, f"pa{j}", _load_a(p, vec, row, col, k0, c, zero, storage)))
+        for j in range(b_loads):
+            e = f"(lid + {u32(j * t.threads)})"
+            row, col = f"({e} / {u32(t.bn // width)})", f"({e} % {u32(t.bn // width)})"
+            out.append(_assign(declare, f"pb{j}", _load_b(p, vec, row, col, k0, c, zero, storage)))
+        return out
+
+    stash = []
+    for j in range(a_loads):
+        e = f"(lid + {u32(j * t.threads)})"
+        row, col = f"({e} / {u32(t.bk // width)})", f"({e} % {u32(t.bk // width)})"
+        guard = f"if ({e} < {u32(a_count)}) " if a_count % t.threads else ""
+        if vec:
+            stash += [f"{guard}{{ As[({col} * 4u + {u32(q)}) * {u32(t.bm // 4)} + {row} / 4u][{row} % 4u] = pa{j}[{q}]; }}"
+                      for q in range(4)]
+        else:
+            stash.append(f"{guard}{{ As[{col} * {u32(t.bm // 4)} + {row} / 4u][{row} % 4u] = pa{j}; }}")
+    for j in range(b_loads):
+        e = f"(lid + {u32(j * t.threads)})"
+        row, col = f"({e} / {u32(t.bn // width)})", f"({e} % {u32(t.bn // width)})"
+        guard = f"if ({e} < {u32(b_count)}) " if b_count % t.threads else ""
+        if vec:
+            stash.append(f"{guard}{{ Bs[{row} * {u32(t.bn // 4)} + {col}] = pb{j}; }}")
+        else:
+            stash.append(f"{guard}{{ Bs[{row} * {u32(t.bn // 4)} + {col} / 4u][{col} % 4u] = pb{j}; }}")
+    return fetch, stash
+
+
+def _assign(declare: bool, name: str, value: str) -> str:
+    return f"var {name} = {value};" if declare else f"{name} = {value};"
+
+
+def _convert(c: str, storage: str, value: str) -> str:
+    return value if storage == c else f"{c}({value})"
+
+
+def _load_a(p, vec, row, col, k0, c, zero, storage) -> str:
+    """Element (``row``, ``col``) of the A slice at K offset ``k0`` (a vec4 along K when
+    ``vec``); zero outside the matrix. (Reads past a binding are harmless in WebGPU.)"""
+    if vec:
+        return f"A[(a0 + (m0 + {row}) * {u32(p.k)} + {k0}) / 4u + {col}]"
+    r, kk = f"(m0 + {row})", f"({k0} + {col})"
+    value = _convert(c, storage, f"A[a0 + {r} * {u32(p.k)} + {kk}]")
+    return f"select({zero}, {value}, {r} < {u32(p.m)} && {kk} < {u32(p.k)})"
+
+
+def _load_b(p, vec, row, col, k0, c, zero, storage) -> str:
+    if vec:
+        return f"B[(b0 + ({k0} + {row}) * {u32(p.n)}) / 4u + n0 / 4u + {col}]"
+    kk, cc = f"({k0} + {row})", f"(n0 + {col})"
+    value = _convert(c, storage, f"B[b0 + {kk} * {u32(p.n)} + {cc}]")
+    return f"select({zero}, {value}, {kk} < {u32(p.k)} && {cc} < {u32(p.n)})"
+
+
+def _store_c(p: Problem, vec: bool, acc: str, row: str, col: str, storage: str) -> list[str]:
+    if vec:
+        return [f"C[(c0 + ({row}) * {u32(p.n)} + {col}) / 4u] = {acc};"]
+    out = []
+    for q in range(4):
+        value = acc + f"[{q}]"
+        value = value if storage == acc_type(p.dtype) else f"{storage}({value})"
+        out.append(f"if (({row}) < {u32(p.m)} && ({col} + {u32(q)}) < {u32(p.n)}) "
+                   f"{{ C[c0 + ({row}) * {u32(p.n)} + {col} + {u32(q)}] = {value}; }}")
+    return out
