@@ -38,6 +38,7 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     table.update({kind: movers for kind in _MOVERS})
     table["scatter_add"] = computed
     table["matmul"] = frozenset({DType.F32, DType.I32, DType.U32}) | ({DType.F16} if f16 else set())
+    table["dense_solve"] = frozenset({DType.F32})
     for kind in _ALONG_AXIS:
         table[kind] = schemas[kind].dtypes & computed
     table["where"] = frozenset({DType.BOOL})

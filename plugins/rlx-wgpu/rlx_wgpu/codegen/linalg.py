@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 from rlx_core.errors import RlxError
 from rlx_core.ir import DType
+from rlx_core.ir.ops.linalg import solve_rhs_is_vector
 
 from .base import KernelContext, generator
-from .reduce import acc_type
+from .reduce import acc_type, row_kernel
 from .wgsl import ravel, shader, strides, u32, unravel
 
 __all__ = ["Tile", "TILES", "pick_tile", "parse_tile", "matmul_source"]
@@ -224,3 +225,77 @@ def _store_c(p: Problem, vec: bool, acc: str, row: str, col: str, storage: str) 
         out.append(f"if (({row}) < {u32(p.m)} && ({col} + {u32(q)}) < {u32(p.n)}) "
                    f"{{ C[c0 + ({row}) * {u32(p.n)} + {col} + {u32(q)}] = {value}; }}")
     return out
+
+
+@generator("dense_solve")
+def dense_solve(k: KernelContext) -> None:
+    """One workgroup per system: Gaussian elimination with partial pivoting (LU, as LAPACK's
+    gesv) on a scratch copy of A, applied to the right-hand sides in the output, then back
+    substitution. A singular system gives inf/nan (the op leaves it undefined)."""
+    a, b = k.ins
+    n, rhs, batch, a_at, b_at = _solve_layout(a.dims, b.dims, k.outs[0].dims)
+    if n == 0 or batch == 0:
+        return
+    wg = 64
+    work, factors = k.scratch(4 * batch * n * n), k.scratch(4 * batch * n)
+    width = "(n - col - 1u)"
+    lines = [
+        f"let n = {u32(n)};", f"let w0 = row * {u32(n * n)};", f"let x0 = row * {u32(n * rhs)};",
+        f"let f0 = row * n;", "let b = row;", f"let a0 = {a_at};", f"let b0 = {b_at};",
+        f"for (var e = lid; e < {u32(n * n)}; e = e + {u32(wg)}) {{ W[w0 + e] = A[a0 + e]; }}",
+        f"for (var e = lid; e < {u32(n * rhs)}; e = e + {u32(wg)}) {{ X[x0 + e] = B[b0 + e]; }}",
+        "storageBarrier();",
+        "for (var col = 0u; col < n; col = col + 1u) {",
+        "  if (lid == 0u) {",
+        "    var best = col;",
+        "    for (var r = col + 1u; r < n; r = r + 1u) {",
+        "      if (abs(W[w0 + r * n + col]) > abs(W[w0 + best * n + col])) { best = r; }",
+        "    }",
+        "    pivot = best;",
+        "  }",
+        "  workgroupBarrier();",
+        "  let p = pivot;",
+        "  if (p != col) {",
+        f"    for (var c = lid; c < n; c = c + {u32(wg)}) {{",
+        "      let t = W[w0 + col * n + c]; W[w0 + col * n + c] = W[w0 + p * n + c]; W[w0 + p * n + c] = t;",
+        "    }",
+        f"    for (var c = lid; c < {u32(rhs)}; c = c + {u32(wg)}) {{",
+        f"      let t = X[x0 + col * {u32(rhs)} + c]; X[x0 + col * {u32(rhs)} + c] = X[x0 + p * {u32(rhs)} + c];",
+        f"      X[x0 + p * {u32(rhs)} + c] = t;",
+        "    }",
+        "  }",
+        "  storageBarrier();",
+        "  let d = W[w0 + col * n + col];",
+        f"  for (var r = col + 1u + lid; r < n; r = r + {u32(wg)}) {{ F[f0 + r] = W[w0 + r * n + col] / d; }}",
+        "  storageBarrier();",
+        f"  let width = {width} + {u32(rhs)};",
+        f"  for (var e = lid; e < {width} * width; e = e + {u32(wg)}) {{",
+        "    let r = col + 1u + e / width;",
+        "    let c = e % width;",
+        f"    if (c < {width}) {{ W[w0 + r * n + col + 1u + c] -= F[f0 + r] * W[w0 + col * n + col + 1u + c]; }}",
+        f"    else {{ let q = c - {width}; X[x0 + r * {u32(rhs)} + q] -= F[f0 + r] * X[x0 + col * {u32(rhs)} + q]; }}",
+        "  }",
+        "  storageBarrier();",
+        "}",
+        "for (var step = n; step > 0u; step = step - 1u) {",
+        "  let r = step - 1u;",
+        f"  for (var c = lid; c < {u32(rhs)}; c = c + {u32(wg)}) {{",
+        f"    var acc = X[x0 + r * {u32(rhs)} + c];",
+        f"    for (var j = r + 1u; j < n; j = j + 1u) {{ acc -= W[w0 + r * n + j] * X[x0 + j * {u32(rhs)} + c]; }}",
+        f"    X[x0 + r * {u32(rhs)} + c] = acc / W[w0 + r * n + r];",
+        "  }",
+        "  storageBarrier();",
+        "}",
+    ]
+    row_kernel(k, batch, wg, [("A", "f32"), ("B", "f32"), ("W", "f32"), ("F", "f32"), ("X", "f32")],
+               [k.input(0), k.input(1), work, factors, k.output()], "var<workgroup> pivot: u32;\n", lines)
+
+
+def _solve_layout(a_dims, b_dims, x_dims):
+    """``(N, right-hand sides, systems, A offset(b), B offset(b))`` of a dense_solve."""
+    n = a_dims[-1]
+    vector = solve_rhs_is_vector(a_dims, b_dims)
+    rhs = 1 if vector else b_dims[-1]
+    b_batch, x_batch = (b_dims[:-1], x_dims[:-1]) if vector else (b_dims[:-2], x_dims[:-2])
+    return (n, rhs, math.prod(x_batch), _batch_offset(x_batch, a_dims[:-2], n * n),
+            _batch_offset(x_batch, b_batch, n * rhs))
