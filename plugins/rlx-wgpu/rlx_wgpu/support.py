@@ -19,6 +19,7 @@ ALL = None  # every dtype the kind accepts
 _PASSTHROUGH = {"input": ALL, "param": ALL, "constant": ALL, "arange": ALL, "reshape": ALL}
 _ALONG_AXIS = ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min", "argmax", "argmin",
                "softmax", "log_softmax", "cumsum", "topk")
+_FLOAT_KINDS = ("layer_norm", "rms_norm", "group_norm", "attention", "rope")
 _MOVERS = ("transpose", "slice", "concat", "split", "expand", "pad", "frame", "gather", "gather_elements")
 
 
@@ -39,6 +40,8 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     table["scatter_add"] = computed
     table["matmul"] = frozenset({DType.F32, DType.I32, DType.U32}) | ({DType.F16} if f16 else set())
     table["dense_solve"] = frozenset({DType.F32})
+    floats = computed & {DType.F32, DType.F16}
+    table.update({kind: floats for kind in _FLOAT_KINDS})
     for kind in _ALONG_AXIS:
         table[kind] = schemas[kind].dtypes & computed
     table["where"] = frozenset({DType.BOOL})
