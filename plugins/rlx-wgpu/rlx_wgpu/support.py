@@ -19,7 +19,7 @@ ALL = None  # every dtype the kind accepts
 _PASSTHROUGH = {"input": ALL, "param": ALL, "constant": ALL, "arange": ALL, "reshape": ALL}
 _ALONG_AXIS = ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min", "argmax", "argmin",
                "softmax", "log_softmax", "cumsum", "topk")
-_FLOAT_KINDS = ("layer_norm", "rms_norm", "group_norm", "attention", "rope")
+_FLOAT_KINDS = ("layer_norm", "rms_norm", "group_norm", "attention", "rope", "conv", "conv_transpose2d", "pool2d")
 _MOVERS = ("transpose", "slice", "concat", "split", "expand", "pad", "frame", "gather", "gather_elements")
 
 
