@@ -10,6 +10,7 @@ from rlx_core.ir import DType, Node, all_schemas
 from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 
 from .codegen.elementwise import supports
+from .codegen.fft import MAX_DIRECT, is_power_of_two
 from .codegen.movement import movable
 from .layout import COMPUTE_TYPES
 
@@ -41,6 +42,7 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     table["matmul"] = frozenset({DType.F32, DType.I32, DType.U32}) | ({DType.F16} if f16 else set())
     table["dense_solve"] = frozenset({DType.F32})
     floats = computed & {DType.F32, DType.F16}
+    table.update({"fft": frozenset({DType.C64}), "irfft": frozenset({DType.C64}), "rfft": floats})
     table.update({kind: floats for kind in _FLOAT_KINDS})
     for kind in _ALONG_AXIS:
         table[kind] = schemas[kind].dtypes & computed
@@ -54,4 +56,9 @@ def check_node(node: Node, gpu) -> str | None:
     if node.kind in ("cast", "where") and node.outputs[0].dtype not in computed:
         return (f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend "
                 f"(it computes on {', '.join(sorted(d.value for d in computed))})")
+    if node.kind in ("fft", "rfft", "irfft"):
+        n = node.attrs["n"]
+        if not is_power_of_two(n) and n > MAX_DIRECT:
+            return (f"{node.kind} of length {n}: the wgpu backend runs powers of two (radix-2 FFT) and other "
+                    f"lengths up to {MAX_DIRECT} (direct DFT); pad to {1 << (n - 1).bit_length()} instead")
     return None
