@@ -43,6 +43,7 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     table["dense_solve"] = frozenset({DType.F32})
     floats = computed & {DType.F32, DType.F16}
     table.update({"fft": frozenset({DType.C64}), "irfft": frozenset({DType.C64}), "rfft": floats})
+    table.update({kind: ALL for kind in ("rng_uniform", "rng_normal")})  # checked on their output dtype
     table.update({kind: floats for kind in _FLOAT_KINDS})
     for kind in _ALONG_AXIS:
         table[kind] = schemas[kind].dtypes & computed
@@ -53,6 +54,8 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
 def check_node(node: Node, gpu) -> str | None:
     """Why this backend cannot run ``node`` beyond its kind and dtype, or None."""
     computed = compute_dtypes(gpu.f16)
+    if node.kind in ("rng_uniform", "rng_normal") and node.outputs[0].dtype not in computed & {DType.F32, DType.F16}:
+        return f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend (f32, f16 only)"
     if node.kind in ("cast", "where") and node.outputs[0].dtype not in computed:
         return (f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend "
                 f"(it computes on {', '.join(sorted(d.value for d in computed))})")
