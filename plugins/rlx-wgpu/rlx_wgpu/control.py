@@ -62,15 +62,28 @@ class IfStep(_ControlStep):
             ctx.copy(body.arena, src, exe.arena, exe.region(ref)[0], nbytes)
 
 
-class WhileStep(_ControlStep):
+class _CarryingStep(_ControlStep):
+    """A loop whose first ``carried`` operands start its state (the node's first outputs)."""
+
+    carried = 0
+
+    def bind(self, exe) -> None:
+        self._init = [exe.copy_dispatch(src, dst) for src, dst in zip(self.node.inputs[:self.carried], self.writes)]
+
+    def start(self, ctx) -> None:
+        for dispatch in self._init:
+            ctx.dispatch(*dispatch)
+
+
+class WhileStep(_CarryingStep):
     def __init__(self, index, node, exe):
         super().__init__(index, node, exe)
         self.cond, self.body = exe.child(node.attrs["cond"]), exe.child(node.attrs["body"])
+        self.carried = len(node.inputs)
 
     def encode(self, exe, ctx) -> None:
         state = [exe.region(r) for r in self.writes]
-        for ref, (dst, nbytes) in zip(self.node.inputs, state):
-            ctx.copy(exe.arena, exe.region(ref)[0], exe.arena, dst, nbytes)
+        self.start(ctx)
         sources = [(exe.arena, offset) for offset, _ in state]
         limit, i = self.node.attrs["max_iterations"], 0
         while limit is None or i < limit:
@@ -83,11 +96,11 @@ class WhileStep(_ControlStep):
             i += 1
 
 
-class ScanStep(_ControlStep):
+class ScanStep(_CarryingStep):
     def __init__(self, index, node, exe):
         super().__init__(index, node, exe)
         self.body = exe.child(node.attrs["body"])
-        nc = node.attrs["num_carry"]
+        nc = self.carried = node.attrs["num_carry"]
         xs = [exe.graph.shape_of(r) for r in node.inputs[nc:]]
         self.x_step = [exact_nbytes(Shape(x.dims[1:], x.dtype)) for x in xs]
         self.y_step = [exact_nbytes(Shape(y.dims[1:], y.dtype)) for y in node.outputs[nc:]]
@@ -98,8 +111,7 @@ class ScanStep(_ControlStep):
         carry = [exe.region(r) for r in self.writes[:nc]]
         xs = [exe.region(r)[0] for r in self.node.inputs[nc:]]
         ys = [exe.region(r)[0] for r in self.writes[nc:]]
-        for ref, (dst, nbytes) in zip(self.node.inputs[:nc], carry):
-            ctx.copy(exe.arena, exe.region(ref)[0], exe.arena, dst, nbytes)
+        self.start(ctx)
         order = range(self.length - 1, -1, -1) if reverse else range(self.length)
         for i, t in enumerate(order):
             sources = [(exe.arena, offset) for offset, _ in carry] + \

@@ -20,6 +20,7 @@ from rlx_core.reference import RefContext, run_node
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 
 from .codegen import GENERATORS, KernelContext, fused_kernel
+from .codegen.wgsl import WORKGROUP, grid, linear_id, shader, u32
 from .control import CONTROL_KINDS
 from .encoder import Encoder
 from .layout import device_nbytes, from_device, to_device
@@ -130,6 +131,15 @@ class WgpuExecutable(ExecutableGraph):
             offset, nbytes = self.region(slot)
             entries.append({"binding": i, "resource": {"buffer": self.arena, "offset": offset, "size": nbytes}})
         return self.gpu.device.create_bind_group(layout=self.gpu.bind_group_layout(len(slots)), entries=entries)
+
+    def copy_dispatch(self, src, dst) -> tuple:
+        """A bound kernel copying value ``src`` to value ``dst`` of this arena (WebGPU has no
+        buffer copy within one buffer): ``(pipeline, bind_group, grid)`` for ``Encoder.dispatch``."""
+        words = self.region(dst)[1] // 4
+        body = f"  let i = {linear_id()};\n  if (i < {u32(words)}) {{ dst[i] = src[i]; }}"
+        source = shader([("src", "u32"), ("dst", "u32")], body)
+        return (self.gpu.pipeline(source, 2), self.bind_group([src, dst]),
+                grid(words, WORKGROUP, self.gpu.limits["max-compute-workgroups-per-dimension"]))
 
     def write(self, slot, data: np.ndarray) -> None:
         self.gpu.device.queue.write_buffer(self.arena, self.region(slot)[0], data)

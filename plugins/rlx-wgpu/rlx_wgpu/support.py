@@ -6,13 +6,13 @@ conformance tolerances); what is not claimed is rejected by legalize with the re
 """
 from __future__ import annotations
 
-from rlx_core.ir import DType, Node, all_schemas
+from rlx_core.ir import DType, Node, Shape, all_schemas
 from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 
 from .codegen.elementwise import supports
 from .codegen.fft import MAX_DIRECT, is_power_of_two
 from .codegen.movement import movable
-from .layout import COMPUTE_TYPES
+from .layout import COMPUTE_TYPES, exact_nbytes
 
 __all__ = ["supported_ops", "check_node", "compute_dtypes"]
 
@@ -44,6 +44,7 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     floats = computed & {DType.F32, DType.F16}
     table.update({"fft": frozenset({DType.C64}), "irfft": frozenset({DType.C64}), "rfft": floats})
     table.update({kind: ALL for kind in ("rng_uniform", "rng_normal")})  # checked on their output dtype
+    table.update({"if": ALL, "while": ALL, "scan": ALL})  # operands are copied as bytes; bodies are checked
     table.update({kind: floats for kind in _FLOAT_KINDS})
     for kind in _ALONG_AXIS:
         table[kind] = schemas[kind].dtypes & computed
@@ -64,4 +65,18 @@ def check_node(node: Node, gpu) -> str | None:
         if not is_power_of_two(n) and n > MAX_DIRECT:
             return (f"{node.kind} of length {n}: the wgpu backend runs powers of two (radix-2 FFT) and other "
                     f"lengths up to {MAX_DIRECT} (direct DFT); pad to {1 << (n - 1).bit_length()} instead")
+    if node.kind == "scan":
+        return _scan_slices(node)
+    return None
+
+
+def _scan_slices(node: Node) -> str | None:
+    """scan copies one step of each xs / ys as bytes: each step must be whole 32-bit words."""
+    nc = node.attrs["num_carry"]
+    steps = [n.outputs[0] for n in node.attrs["body"].input_nodes[nc:]] + \
+            [Shape(y.dims[1:], y.dtype) for y in node.outputs[nc:]]
+    odd = [s for s in steps if exact_nbytes(s) % 4]
+    if odd:
+        return (f"scan steps of {odd[0]} are {exact_nbytes(odd[0])} bytes; the wgpu backend copies scan steps as "
+                f"whole 32-bit words")
     return None
