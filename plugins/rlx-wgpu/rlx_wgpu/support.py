@@ -12,6 +12,7 @@ from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 from .codegen.elementwise import supports
 from .codegen.fft import MAX_DIRECT, is_power_of_two
 from .codegen.movement import movable
+from .codegen.quant import QUANT_DTYPES
 from .layout import COMPUTE_TYPES, exact_nbytes
 
 __all__ = ["supported_ops", "check_node", "compute_dtypes"]
@@ -44,6 +45,8 @@ def supported_ops(f16: bool) -> dict[str, frozenset[DType] | None]:
     floats = computed & {DType.F32, DType.F16}
     table.update({"fft": frozenset({DType.C64}), "irfft": frozenset({DType.C64}), "rfft": floats})
     table.update({kind: ALL for kind in ("rng_uniform", "rng_normal")})  # checked on their output dtype
+    table["dequantize"] = QUANT_DTYPES
+    table["quantize"] = floats
     table.update({"if": ALL, "while": ALL, "scan": ALL})  # operands are copied as bytes; bodies are checked
     table.update({kind: floats for kind in _FLOAT_KINDS})
     for kind in _ALONG_AXIS:
@@ -57,6 +60,8 @@ def check_node(node: Node, gpu) -> str | None:
     computed = compute_dtypes(gpu.f16)
     if node.kind in ("rng_uniform", "rng_normal") and node.outputs[0].dtype not in computed & {DType.F32, DType.F16}:
         return f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend (f32, f16 only)"
+    if node.kind == "dequantize" and node.outputs[0].dtype not in computed:
+        return f"dequantize to {node.outputs[0].dtype} is not supported by the wgpu backend (f32, f16 only)"
     if node.kind in ("cast", "where") and node.outputs[0].dtype not in computed:
         return (f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend "
                 f"(it computes on {', '.join(sorted(d.value for d in computed))})")
