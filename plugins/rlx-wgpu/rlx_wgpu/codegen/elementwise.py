@@ -88,9 +88,9 @@ def expression(node: Node, dtype: DType, args: list[str]) -> str:
 def _mod(dtype: DType, fmod: bool, a: str, b: str) -> str:
     if dtype.is_float:
         return f"rlx_fmod({a}, {b})" if fmod else f"rlx_fmodf({a}, {b})"
-    if dtype is DType.I32 and not fmod:
-        return f"rlx_imod({a}, {b})"
-    return f"({a}) % ({b})"  # WGSL's integer % truncates: C fmod (and u32 has no sign)
+    if dtype is DType.I32:
+        return f"rlx_irem({a}, {b})" if fmod else f"rlx_imod({a}, {b})"
+    return f"({a}) % ({b})"  # u32: no signs, so both definitions agree
 
 
 def _cast(x: str, src: DType, dst: DType) -> str:

@@ -153,7 +153,9 @@ HELPERS = {
     "rlx_isnan": "fn rlx_isnan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }\n",
     "rlx_max": "fn rlx_max(a: f32, b: f32) -> f32 { return select(max(a, b), a + b, rlx_isnan(a) || rlx_isnan(b)); }\n",
     "rlx_min": "fn rlx_min(a: f32, b: f32) -> f32 { return select(min(a, b), a + b, rlx_isnan(a) || rlx_isnan(b)); }\n",
-    "rlx_relu": "fn rlx_relu(x: f32) -> f32 { return select(x, 0.0f, x < 0.0f); }\n",
+    "rlx_relu": ("// max(x, 0) keeping nan, decided on the bits (some drivers drop nan from float compares)\n"
+                 "fn rlx_relu(x: f32) -> f32 {\n"
+                 "  let b = bitcast<u32>(x);\n  return select(x, 0.0f, b > 0x80000000u && b <= 0xff800000u);\n}\n"),
     "rlx_sign": ("fn rlx_sign(x: f32) -> f32 {\n"
                  "  return select(select(select(0.0f, 1.0f, x > 0.0f), -1.0f, x < 0.0f), x, rlx_isnan(x));\n}\n"),
     "rlx_tanh": ("// Cephes tanhf: a polynomial near 0, 1 - 2/(e^2|x| + 1) elsewhere (no inf/inf).\n"
@@ -201,8 +203,10 @@ HELPERS = {
     "rlx_fmodf": ("fn rlx_fmodf(a: f32, b: f32) -> f32 {\n"
                   "  let r = rlx_fmod(a, b);\n"
                   "  return select(r, r + b, r != 0.0f && ((r < 0.0f) != (b < 0.0f)));\n}\n"),
+    "rlx_irem": ("// C's truncating remainder, spelled out (OpenGL leaves % of negative operands undefined)\n"
+                 "fn rlx_irem(a: i32, b: i32) -> i32 { return a - (a / b) * b; }\n"),
     "rlx_imod": ("fn rlx_imod(a: i32, b: i32) -> i32 {\n"
-                 "  let r = a % b;\n  return select(r, r + b, r != 0i && ((r < 0i) != (b < 0i)));\n}\n"),
+                 "  let r = rlx_irem(a, b);\n  return select(r, r + b, r != 0i && ((r < 0i) != (b < 0i)));\n}\n"),
     "rlx_cdiv": ("fn rlx_cdiv(a: vec2<f32>, b: vec2<f32>) -> vec2<f32> {\n"
                  "  let d = dot(b, b);\n"
                  "  return vec2<f32>(a.x * b.x + a.y * b.y, a.y * b.x - a.x * b.y) / d;\n}\n"),
