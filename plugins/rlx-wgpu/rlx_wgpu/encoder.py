@@ -49,7 +49,7 @@ class Encoder:
     def wait(self) -> None:
         """Submit and block until the device has finished (for tracing)."""
         self.flush()
-        self.gpu.device.queue.on_submitted_work_done_sync()
+        self.gpu.sync()
 
     def _end_pass(self) -> None:
         if self._pass is not None:

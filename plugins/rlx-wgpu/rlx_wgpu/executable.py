@@ -59,6 +59,7 @@ class WgpuExecutable(ExecutableGraph):
         self._inputs = {n.attrs["name"]: Ref(n.id) for n in graph.input_nodes}
         self._readback, self._readback_at = self._readback_plan()
         self._tracer = Tracer(graph.name, gpu.profile.label) if options.tracing else None
+        self.last_submits = 0  # queue submits of the latest run (1 unless control flow reads a condition)
 
     # --- compiling ----------------------------------------------------------------------------
     def _step(self, index: int, step):
@@ -179,6 +180,7 @@ class WgpuExecutable(ExecutableGraph):
                 offset, nbytes = self.region(ref)
                 ctx.copy(self.arena, offset, self._readback, at, nbytes)
             ctx.flush()
+            self.last_submits = ctx.submits
             if self._tracer is not None:
                 self._tracer.end_run()
             return self._read_outputs(out)

@@ -175,6 +175,13 @@ class Gpu:
         return self.device.create_buffer(size=max(nbytes, 4), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST,
                                          label=label)
 
+    def sync(self) -> None:
+        """Block until the device has finished all submitted work. (A 4-byte read waits for
+        the queue; wgpu-py 0.32's on_submitted_work_done_sync does not work.)"""
+        if not hasattr(self, "_sync_buffer"):
+            self._sync_buffer = self.storage_buffer(4, "sync")
+        self.device.queue.read_buffer(self._sync_buffer, 0, 4)
+
     def readback_buffer(self, nbytes: int):
         u = self.wgpu.BufferUsage
         return self.device.create_buffer(size=max(nbytes, 4), usage=u.MAP_READ | u.COPY_DST)
