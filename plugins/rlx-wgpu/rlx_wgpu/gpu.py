@@ -65,7 +65,8 @@ def adapter_rank(info) -> tuple:
 
 
 def adapter_summary(info) -> str:
-    return f"{info.get('device') or 'unknown adapter'} ({info.get('backend_type')}, {info.get('description') or 'driver ?'})"
+    name, driver = info.get("device") or "unknown adapter", info.get("description") or "driver ?"
+    return f"{name} ({info.get('backend_type')}, {driver})"
 
 
 @functools.lru_cache(maxsize=1)

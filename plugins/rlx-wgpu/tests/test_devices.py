@@ -26,9 +26,8 @@ def test_plugin_module_is_cheap_and_declares_five_devices():
 
 
 def test_adapter_rank_prefers_discrete_then_vulkan():
-    infos = [{"adapter_type": "CPU", "backend_type": "Vulkan"}, {"adapter_type": "DiscreteGPU", "backend_type": "OpenGL"},
-             {"adapter_type": "DiscreteGPU", "backend_type": "Vulkan"}, {"adapter_type": "IntegratedGPU",
-                                                                         "backend_type": "Vulkan"}]
+    infos = [{"adapter_type": t, "backend_type": b} for t, b in
+             [("CPU", "Vulkan"), ("DiscreteGPU", "OpenGL"), ("DiscreteGPU", "Vulkan"), ("IntegratedGPU", "Vulkan")]]
     ranked = sorted(infos, key=adapter_rank)
     assert ranked[0] == {"adapter_type": "DiscreteGPU", "backend_type": "Vulkan"}
     assert ranked[-1]["adapter_type"] == "CPU"

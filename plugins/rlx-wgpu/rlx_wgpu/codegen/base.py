@@ -19,7 +19,8 @@ from rlx_core.ir import DType, Graph, Node, Ref, Shape
 
 from ..layout import Layout, layout
 
-__all__ = ["Scratch", "Data", "Seeds", "Dispatch", "KernelContext", "generator", "GENERATORS", "load", "store", "rounded"]
+__all__ = ["Scratch", "Data", "Seeds", "Dispatch", "KernelContext", "generator", "GENERATORS", "load", "store",
+           "rounded"]
 
 
 @dataclass(frozen=True)

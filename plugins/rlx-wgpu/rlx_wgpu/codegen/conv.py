@@ -88,8 +88,9 @@ def conv_transpose2d(k: KernelContext) -> None:
             conds.append(f"{off} >= 0i && {off} % {s}i == 0i && {off} / {s}i < {i32(x.dims[2 + ax])}")
             coords.append(f"u32({off} / {s}i) * {u32(x_st[2 + ax])}")
         w_at = f"wc + {u32(th * w_st[2] + tw * w_st[3])}"
+        x_at = "xc + " + " + ".join(coords)
         lines.append(f"  if ({' && '.join(conds)}) {{ acc = acc + "
-                     f"{acc_load(x.dtype, 'x[xc + ' + ' + '.join(coords) + ']')} * {acc_load(x.dtype, f'w[{w_at}]')}; }}")
+                     f"{acc_load(x.dtype, f'x[{x_at}]')} * {acc_load(x.dtype, f'w[{w_at}]')}; }}")
     lines.append("}")
     _finish(k, lines, 2)
 

@@ -18,7 +18,6 @@ import math
 
 import numpy as np
 
-from rlx_core.ir import DType
 
 from .base import KernelContext, generator
 from .reduce import acc_load, acc_store, rows
@@ -73,8 +72,11 @@ class _Transform:
         """WGSL: write bin ``k`` (scaled) if the output keeps it."""
         at = f"out[ob + ({k}) * {u32(self.out_step)}]"
         scaled = f"({value}) * {self.scale}"
-        stored = f"{at} = {acc_store(self.out_dtype, f'({scaled}).x')};" if self.kind == "irfft" else f"{at} = {scaled};"
-        return stored if self.out_len == self.n else f"if (({k}) < {u32(self.out_len)}) {{ {stored} }}"
+        real = self.kind == "irfft"
+        stored = f"{at} = {acc_store(self.out_dtype, f'({scaled}).x')};" if real else f"{at} = {scaled};"
+        if self.out_len == self.n:
+            return stored
+        return f"if (({k}) < {u32(self.out_len)}) {{ {stored} }}"
 
     def twiddles(self, k: KernelContext, count: int):
         """Data region of exp(-2 pi i m / n), m < count, as c64."""
@@ -118,7 +120,8 @@ def _butterfly(t: _Transform, buf: str, base: str, half: int) -> str:
 
 def _radix2_shared(k: KernelContext, t: _Transform) -> None:
     wg = min(WORKGROUP, max(1, t.n // 2))
-    lines = _row_lines(t) + [f"for (var j = lid; j < {u32(t.n)}; j = j + {u32(wg)}) {{ buf[{_rev(t, 'j')}] = {t.load('j')}; }}",
+    load = f"buf[{_rev(t, 'j')}] = {t.load('j')};"
+    lines = _row_lines(t) + [f"for (var j = lid; j < {u32(t.n)}; j = j + {u32(wg)}) {{ {load} }}",
                              "workgroupBarrier();"]
     half = 1
     while half < t.n:
@@ -146,7 +149,8 @@ def _radix2_global(k: KernelContext, t: _Transform) -> None:
     while half < t.n:
         stage = (head + f"  if (i >= {u32(pairs)}) {{ return; }}\n  let row = i / {u32(t.n // 2)};\n"
                  f"  let q = i % {u32(t.n // 2)};\n  {_butterfly(t, 'buf', f'row * {u32(t.n)} + ', half)}")
-        k.emit(shader([("buf", "vec2<f32>"), ("tw", "vec2<f32>")], stage), [work, tw], grid(pairs, WORKGROUP, k.max_grid))
+        k.emit(shader([("buf", "vec2<f32>"), ("tw", "vec2<f32>")], stage), [work, tw],
+               grid(pairs, WORKGROUP, k.max_grid))
         half *= 2
     store = (head + f"  if (i >= {u32(total)}) {{ return; }}\n  let row = i / {u32(t.n)};\n  let j = i % {u32(t.n)};\n"
              f"  let ob = {t.out_base};\n  {t.store('j', f'buf[row * {u32(t.n)} + j]')}")

@@ -115,7 +115,7 @@ def matmul_source(p: Problem, t: Tile, storage: str) -> str:
     vec = storage in ("f32", "i32", "u32") and p.m % t.bm == 0 and p.n % t.bn == 0 and p.k % t.bk == 0 \
         and p.k % 4 == 0 and p.n % 4 == 0
     gm, gn = t.tm // 4, t.tn // 4            # vec4 row groups / column groups per invocation
-    tx_count, ty_count = t.bn // t.tn, t.bm // t.tm
+    tx_count = t.bn // t.tn
     row_step, col_step = t.bm // gm, t.bn // gn  # distance between an invocation's groups
     tiles_k = -(-p.k // t.bk)
     zero = {"f32": "0.0f", "i32": "0i", "u32": "0u"}[c]
@@ -174,8 +174,8 @@ def _staging(p: Problem, t: Tile, vec: bool, c: str, zero: str, storage: str):
         row, col = f"({e} / {u32(t.bk // width)})", f"({e} % {u32(t.bk // width)})"
         guard = f"if ({e} < {u32(a_count)}) " if a_count % t.threads else ""
         if vec:
-            stash += [f"{guard}{{ As[({col} * 4u + {u32(q)}) * {u32(t.bm // 4)} + {row} / 4u][{row} % 4u] = pa{j}[{q}]; }}"
-                      for q in range(4)]
+            stash += [f"{guard}{{ As[({col} * 4u + {u32(q)}) * {u32(t.bm // 4)} + {row} / 4u][{row} % 4u] "
+                      f"= pa{j}[{q}]; }}" for q in range(4)]
         else:
             stash.append(f"{guard}{{ As[{col} * {u32(t.bm // 4)} + {row} / 4u][{row} % 4u] = pa{j}; }}")
     for j in range(b_loads):
@@ -241,7 +241,7 @@ def dense_solve(k: KernelContext) -> None:
     width = "(n - col - 1u)"
     lines = [
         f"let n = {u32(n)};", f"let w0 = row * {u32(n * n)};", f"let x0 = row * {u32(n * rhs)};",
-        f"let f0 = row * n;", "let b = row;", f"let a0 = {a_at};", f"let b0 = {b_at};",
+        "let f0 = row * n;", "let b = row;", f"let a0 = {a_at};", f"let b0 = {b_at};",
         f"for (var e = lid; e < {u32(n * n)}; e = e + {u32(wg)}) {{ W[w0 + e] = A[a0 + e]; }}",
         f"for (var e = lid; e < {u32(n * rhs)}; e = e + {u32(wg)}) {{ X[x0 + e] = B[b0 + e]; }}",
         "storageBarrier();",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rlx_core.ir import DType, Ref, Shape
+from rlx_core.ir import DType, Ref
 from rlx_core.reference.elementwise import cast_array
 
 from ..layout import layout, to_device

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import math
 
-from rlx_core.ir import DType
 
 from .base import KernelContext, generator
 from .reduce import acc_load, acc_store, row_kernel, strided_loop, tree, workgroup_for
-from .wgsl import WORKGROUP, broadcast_index, f32, grid, linear_id, ravel, shader, strides, u32, unravel
+from .wgsl import WORKGROUP, broadcast_index, f32, grid, linear_id, shader, u32
 
 
 def _mean_fold(name: str, term: str, length: int, wg: int) -> list[str]:
@@ -93,8 +92,10 @@ def attention(k: KernelContext) -> None:
              f"var m = {neg_inf};", strided_loop("j", sk, wg, " ".join(score)),
              "part[lid] = m;", *tree("part", "rlx_max({0}, {1})", wg), "let top = part[0];", "workgroupBarrier();",
              f"let shift = select(top, 0.0f, top == {neg_inf});",  # no visible key: all weights 0
-             "var sum = 0.0f;", strided_loop("j", sk, wg, "let w = exp(S[s0 + j] - shift); S[s0 + j] = w; sum = sum + w;"),
-             "part[lid] = sum;", *tree("part", "{0} + {1}", wg), "let total = select(part[0], 1.0f, part[0] == 0.0f);",
+             "var sum = 0.0f;",
+             strided_loop("j", sk, wg, "let w = exp(S[s0 + j] - shift); S[s0 + j] = w; sum = sum + w;"),
+             "part[lid] = sum;", *tree("part", "{0} + {1}", wg),
+             "let total = select(part[0], 1.0f, part[0] == 0.0f);",
              "storageBarrier();", strided_loop("e", dv, wg, weighted)]
     st = k.storage(q.dtype)
     bindings, slots = [("Q", st), ("K", st), ("V", st)], [k.input(0), k.input(1), k.input(2)]

@@ -63,7 +63,7 @@ def dequantize(k: KernelContext) -> None:
 def quantize(k: KernelContext) -> None:
     """One invocation per output word: four elements, each round(x / scale) + zero point
     clamped to the output range, packed little-endian."""
-    x, scale, out = k.ins[0], k.ins[1], k.outs[0]
+    x, out = k.ins[0], k.outs[0]
     words = -(-out.size // 4)
     if words == 0:
         return

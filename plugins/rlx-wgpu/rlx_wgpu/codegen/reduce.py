@@ -15,7 +15,7 @@ import math
 from rlx_core.ir import DType
 
 from .base import KernelContext, generator
-from .wgsl import WORKGROUP, f32, grid, i32, linear_id, ravel, row_id, shader, strides, u32, unravel
+from .wgsl import WORKGROUP, grid, i32, linear_id, ravel, row_id, shader, strides, u32, unravel
 
 __all__ = ["rows", "tree", "workgroup_for", "row_kernel", "acc_type", "acc_load", "acc_store"]
 
@@ -41,8 +41,8 @@ def tree(part: str, combine: str, wg: int) -> list[str]:
     expects ``part[lid]`` written and ends with a barrier."""
     lines, s = ["workgroupBarrier();"], wg // 2
     while s >= 1:
-        lines += [f"if (lid < {u32(s)}) {{ {part}[lid] = {combine.format(f'{part}[lid]', f'{part}[lid + {u32(s)}]')}; }}",
-                  "workgroupBarrier();"]
+        folded = combine.format(f"{part}[lid]", f"{part}[lid + {u32(s)}]")
+        lines += [f"if (lid < {u32(s)}) {{ {part}[lid] = {folded}; }}", "workgroupBarrier();"]
         s //= 2
     return lines
 
