@@ -110,6 +110,7 @@ class Gpu:
         self.limits = dict(self.device.limits)
         self.f16 = "shader-f16" in self.features
         self.alignment = max(16, self.limits["min-storage-buffer-offset-alignment"])
+        self.tuning: dict | None = None  # the calibration (rlx_wgpu.calibrate), read on first use
         self._pipelines: dict[str, object] = {}
         self._layouts: dict[int, tuple] = {}
         self._lock = threading.Lock()
@@ -134,6 +135,13 @@ class Gpu:
                 "adapter_type": self.info.get("adapter_type"), "profile": self.profile.label,
                 "shader_f16": self.f16, "max_buffer_size": self.limits["max-buffer-size"],
                 "max_storage_binding": self.max_binding_bytes, "workgroup_storage": self.workgroup_bytes}
+
+    def tuned_matmul_tile(self) -> str | None:
+        """The fastest large matmul tile measured by calibration on this adapter, if any."""
+        if self.tuning is None:
+            from .calibrate import load_calibration
+            self.tuning = load_calibration(self) or {}
+        return self.tuning.get("matmul_tile")
 
     # --- pipelines ----------------------------------------------------------------------
     def pipeline(self, source: str, n_bindings: int):

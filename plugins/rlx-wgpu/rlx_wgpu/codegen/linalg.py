@@ -7,8 +7,9 @@ global memory into registers while the current ones are multiplied. When every d
 multiple of its tile (and the rows of A, B, C are whole vec4s), loads and stores are
 vec4 and unguarded; otherwise a guarded scalar path handles the edges. Batch dims
 broadcast through the workgroup's z index. 16-bit floats accumulate in f32; integers
-wrap exactly (two's complement). The tile is picked from the problem size, or forced
-with ``CompileOptions(backend={"matmul_tile": "128x128x8/8x8"})``.
+wrap exactly (two's complement). The tile is picked from the problem size (and, for
+large products, from calibration: ``rlx_wgpu.calibrate``), or forced with
+``CompileOptions(backend={"matmul_tile": "128x128x8/8x8"})``.
 """
 from __future__ import annotations
 
@@ -58,12 +59,14 @@ def parse_tile(text: str) -> Tile:
     return tile
 
 
-def pick_tile(m: int, n: int, forced: str | None = None) -> Tile:
-    """The tile for an ``m x n`` result: big tiles for big products, small ones for the rest."""
+def pick_tile(m: int, n: int, forced: str | None = None, tuned: str | None = None) -> Tile:
+    """The tile for an ``m x n`` result: ``forced`` if given; for large products the one
+    calibration found fastest on this adapter (``tuned``), else 128x128; smaller tiles
+    for smaller products."""
     if forced:
         return parse_tile(forced)
     if m >= 512 and n >= 512:
-        return TILES["128x128x8/8x8"]
+        return TILES[tuned if tuned in TILES else "128x128x8/8x8"]
     if m >= 64 and n >= 64:
         return TILES["64x64x8/4x4"]
     return TILES["16x16x8/4x4"]
@@ -103,7 +106,7 @@ def matmul(k: KernelContext) -> None:
     p = _problem(k)
     if p.m * p.n * p.batch == 0:
         return
-    tile = pick_tile(p.m, p.n, k.options.get("matmul_tile"))
+    tile = pick_tile(p.m, p.n, k.options.get("matmul_tile"), k.gpu.tuned_matmul_tile())
     source = matmul_source(p, tile, k.storage(p.dtype))
     grid_ = (-(-p.n // tile.bn), -(-p.m // tile.bm), p.batch)
     k.emit(source, [k.input(0), k.input(1), k.output()], grid_)
