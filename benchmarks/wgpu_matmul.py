@@ -108,7 +108,8 @@ def main(argv=None) -> int:
         "device": args.device, "adapter": gpu.describe(), "wgpu": wgpu.__version__, "host": platform.node(),
         "rlx": rows, "rlx_best": best, "peer": peer_name, "peer_gflops": peer_gflops,
         "ratio_default": default["gflops"] / peer_gflops, "ratio_best": best["gflops"] / peer_gflops,
-        "timing": "device work only: products encoded back to back into one submit (wgpu); CUDA events (cuBLAS)",
+        "timing": "device work only: products encoded back to back into one submit (wgpu); "
+                  + ("CUDA events around 20 products (cuBLAS)" if peer else "fastest of 5 host products (numpy)"),
     }
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"wgpu_{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -85,3 +85,25 @@ def _scan_slices(node: Node) -> str | None:
         return (f"scan steps of {odd[0]} are {exact_nbytes(odd[0])} bytes; the wgpu backend copies scan steps as "
                 f"whole 32-bit words")
     return None
+
+
+def claims_table(f16: bool) -> str:
+    """The claimed op kinds and dtypes as a Markdown table (``python -m rlx_wgpu.support``)."""
+    computed = ", ".join(sorted(d.value for d in compute_dtypes(f16)))
+    floats = "f16, f32" if f16 else "f32"
+    notes = {"cast": f" (to {computed})", "where": f" (values: {computed})",
+             "rng_uniform": f"any template; output {floats}", "rng_normal": f"any template; output {floats}",
+             "if": "any operands (moved as bytes; the bodies are checked)", "while": "any carried values (as bytes)",
+             "scan": "any operands whose steps are whole 32-bit words", "dequantize": f" (to {floats})"}
+    rows = []
+    for kind, dtypes in sorted(supported_ops(f16).items()):
+        text = "every dtype (data only)" if dtypes is None else ", ".join(sorted(d.value for d in dtypes))
+        note = notes.get(kind, "")
+        text = note if dtypes is None and note else text + (note if note.startswith(" ") else "")
+        rows.append(f"| `{kind}` | {text} |")
+    return "\n".join(["| op kind | dtypes (of the first input; of the output for sources) |", "|---|---|", *rows])
+
+
+if __name__ == "__main__":
+    import sys
+    print(claims_table(f16="--no-f16" not in sys.argv))
