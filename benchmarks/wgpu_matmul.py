@@ -72,7 +72,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="gpu")
     parser.add_argument("--n", type=int, default=4096)
-    parser.add_argument("--out", default=None, help="JSON file to write (default: benchmarks/results/wgpu_<device>.json)")
+    parser.add_argument("--out", default=None,
+                        help="JSON file to write (default: benchmarks/results/wgpu_<device>.json)")
     args = parser.parse_args(argv)
 
     import wgpu

@@ -12,6 +12,7 @@ from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 from .codegen.elementwise import supports
 from .codegen.fft import MAX_DIRECT, is_power_of_two
 from .codegen.movement import movable
+from .codegen.nn import attention_workgroup_bytes
 from .codegen.quant import QUANT_DTYPES
 from .layout import COMPUTE_TYPES, exact_nbytes
 
@@ -72,6 +73,9 @@ def check_node(node: Node, gpu) -> str | None:
                     f"lengths up to {MAX_DIRECT} (direct DFT); pad to {1 << (n - 1).bit_length()} instead")
     if node.kind == "scan":
         return _scan_slices(node)
+    if node.kind == "attention" and attention_workgroup_bytes(node.outputs[0].dims[3]) > gpu.workgroup_bytes:
+        return (f"attention with value dim {node.outputs[0].dims[3]} needs more workgroup memory than this device's "
+                f"{gpu.workgroup_bytes} bytes")
     return None
 
 

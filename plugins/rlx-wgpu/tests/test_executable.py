@@ -135,3 +135,12 @@ def test_tracing_times_every_step(caplog):
     with caplog.at_level("INFO", logger="rlx.trace"):
         c.run({"x": np.zeros(16, np.float32), "y": np.zeros(16, np.float32)})
     assert "fused[" in caplog.text
+
+
+def test_attention_too_wide_for_workgroup_memory_is_rejected_with_the_reason():
+    from rlx_core.errors import UnsupportedOpError
+    g = Graph("wide")
+    q, k = g.input("q", (1, 1, 1, 4)), g.input("k", (1, 1, 2, 4))
+    g.set_outputs([g.attention(q, k, g.input("v", (1, 1, 2, 4000)))])
+    with pytest.raises(UnsupportedOpError, match="workgroup memory"):
+        Session("webgpu").compile(g)

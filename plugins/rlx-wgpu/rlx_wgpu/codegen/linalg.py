@@ -6,9 +6,10 @@ matmul: each workgroup computes a ``BM x BN`` tile of C, stepping through K in s
 global memory into registers while the current ones are multiplied. When every dim is a
 multiple of its tile (and the rows of A, B, C are whole vec4s), loads and stores are
 vec4 and unguarded; otherwise a guarded scalar path handles the edges. Batch dims
-broadcast through the workgroup's z index. 16-bit floats accumulate in f32; integers
-wrap exactly (two's complement). The tile is picked from the problem size (and, for
-large products, from calibration: ``rlx_wgpu.calibrate``), or forced with
+broadcast; (row tile, batch) pairs are spread over the grid's y and z dimensions.
+16-bit floats accumulate in f32; integers wrap exactly (two's complement). The tile is
+picked from the problem size (and, for large products, from calibration:
+``rlx_wgpu.calibrate``), or forced with
 ``CompileOptions(backend={"matmul_tile": "128x128x8/8x8"})``.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rlx_core.ir.ops.linalg import solve_rhs_is_vector
 
 from .base import KernelContext, generator
 from .reduce import acc_type, row_kernel
-from .wgsl import ravel, shader, strides, u32, unravel
+from .wgsl import grid, ravel, shader, strides, u32, unravel
 
 __all__ = ["Tile", "TILES", "pick_tile", "parse_tile", "matmul_source"]
 
@@ -108,8 +109,8 @@ def matmul(k: KernelContext) -> None:
         return
     tile = pick_tile(p.m, p.n, k.options.get("matmul_tile"), k.gpu.tuned_matmul_tile())
     source = matmul_source(p, tile, k.storage(p.dtype))
-    grid_ = (-(-p.n // tile.bn), -(-p.m // tile.bm), p.batch)
-    k.emit(source, [k.input(0), k.input(1), k.output()], grid_)
+    x, y, _ = grid(-(-p.m // tile.bm) * p.batch, 1, k.max_grid)  # (row tile, batch) pairs over y and z
+    k.emit(source, [k.input(0), k.input(1), k.output()], (-(-p.n // tile.bn), x, y))
 
 
 def matmul_source(p: Problem, t: Tile, storage: str) -> str:
@@ -122,8 +123,11 @@ def matmul_source(p: Problem, t: Tile, storage: str) -> str:
     row_step, col_step = t.bm // gm, t.bn // gn  # distance between an invocation's groups
     tiles_k = -(-p.k // t.bk)
     zero = {"f32": "0.0f", "i32": "0i", "u32": "0u"}[c]
-    lines = [f"let tx = lid % {u32(tx_count)};", f"let ty = lid / {u32(tx_count)};",
-             f"let m0 = wid.y * {u32(t.bm)};", f"let n0 = wid.x * {u32(t.bn)};", "let b = wid.z;",
+    m_tiles = -(-p.m // t.bm)
+    lines = ["let yz = wid.y + wid.z * nwg.y;", f"let b = yz / {u32(m_tiles)};",
+             f"if (b >= {u32(p.batch)}) {{ return; }}",
+             f"let tx = lid % {u32(tx_count)};", f"let ty = lid / {u32(tx_count)};",
+             f"let m0 = (yz % {u32(m_tiles)}) * {u32(t.bm)};", f"let n0 = wid.x * {u32(t.bn)};",
              f"let a0 = {p.a_batch};", f"let b0 = {p.b_batch};", f"let c0 = b * {u32(p.m * p.n)};"]
     lines += [f"var acc_{g}_{i}_{h} = vec4<{c}>();" for g in range(gm) for i in range(4) for h in range(gn)]
     fetch, stash = _staging(p, t, vec, c, zero, storage)

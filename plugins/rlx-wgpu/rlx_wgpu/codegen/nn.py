@@ -2,10 +2,9 @@
 
 Norms run one workgroup per normalized group (a contiguous row of ``x``): a workgroup
 fold for the mean, another for the variance (or mean square), then every element is
-written. Attention runs one workgroup per query row: scores into scratch (with the
-scale, soft cap and mask), a fold for their maximum, exponentials and a fold for their
-sum, then each output feature as the weighted sum of the values divided by that sum
--- the reference's order. Everything is computed in f32 (16-bit floats rounded once).
+written. Attention runs one workgroup per query row with an online softmax over chunks
+of keys (see :func:`attention`). Everything is computed in f32 (16-bit floats rounded
+once).
 """
 from __future__ import annotations
 
@@ -64,8 +63,20 @@ def group_norm(k: KernelContext) -> None:
     _norm(k, dims[0] * groups, per_group * spatial, channel, True)
 
 
+KEY_CHUNK = 256  # keys whose scores a workgroup holds at once
+
+
+def attention_workgroup_bytes(dv: int) -> int:
+    """Workgroup memory attention needs: a chunk of scores, a fold buffer, the output row."""
+    return 4 * (KEY_CHUNK + 256 + dv)
+
+
 @generator("attention")
 def attention(k: KernelContext) -> None:
+    """Keys are taken in chunks of ``KEY_CHUNK``: scores into workgroup memory, the chunk's
+    maximum folded in, exponentials rescaled by the running maximum (online softmax), and
+    each output feature accumulated by the invocation that owns it -- so no scores matrix
+    is ever stored."""
     a = k.attrs
     q, key, v = k.ins[:3]
     b, hq, sq, d = q.dims
@@ -73,37 +84,49 @@ def attention(k: KernelContext) -> None:
     rows_ = b * hq * sq
     if rows_ == 0 or dv == 0:
         return
-    wg = workgroup_for(max(sk, dv, 1))
+    chunk = min(KEY_CHUNK, max(sk, 1))
+    wg = workgroup_for(max(chunk, dv))
     neg_inf = "bitcast<f32>(0xff800000u)"
     q_at, k_at, v_at = "Q[q0 + t]", f"K[k0 + j * {u32(d)} + t]", f"V[v0 + j * {u32(dv)} + e]"
-    score = ["var s = 0.0f;",
+    score = ["let j = c0 + jj;", "var s = 0.0f;",
              f"for (var t = 0u; t < {u32(d)}; t = t + 1u) {{ s = s + {acc_load(q.dtype, q_at)} * "
              f"{acc_load(q.dtype, k_at)}; }}", f"s = s * {f32(a['scale'])};"]
     if a["softcap"] is not None:
         score.append(f"s = {f32(a['softcap'])} * rlx_tanh(s / {f32(a['softcap'])});")
-    score += _mask_lines(k, a, q.dims, sk) + ["S[s0 + j] = s;", "m = rlx_max(m, s);"]
-    weighted = (f"var acc = 0.0f; for (var j = 0u; j < {u32(sk)}; j = j + 1u) "
-                f"{{ acc = acc + S[s0 + j] * {acc_load(v.dtype, v_at)}; }} "
-                f"O[row * {u32(dv)} + e] = {acc_store(q.dtype, 'acc / total')};")
+    score += _mask_lines(k, a, q.dims, sk) + ["sc[jj] = s;", "cm = rlx_max(cm, s);"]
+    accumulate = (f"var acc = out_row[e] * alpha; for (var jj = 0u; jj < n; jj = jj + 1u) "
+                  f"{{ let j = c0 + jj; acc = acc + sc[jj] * {acc_load(v.dtype, v_at)}; }} out_row[e] = acc;")
     lines = [f"let bi = row / {u32(hq * sq)};", f"let h = (row / {u32(sq)}) % {u32(hq)};", f"let i = row % {u32(sq)};",
              f"let kv = bi * {u32(hkv)} + h / {u32(hq // hkv)};", f"let q0 = row * {u32(d)};",
-             f"let k0 = kv * {u32(sk * d)};", f"let v0 = kv * {u32(sk * dv)};", f"let s0 = row * {u32(sk)};",
+             f"let k0 = kv * {u32(sk * d)};", f"let v0 = kv * {u32(sk * dv)};",
              f"let p = i32(i) + {sk - sq}i;",  # the query's position among the keys
-             f"var m = {neg_inf};", strided_loop("j", sk, wg, " ".join(score)),
-             "part[lid] = m;", *tree("part", "rlx_max({0}, {1})", wg), "let top = part[0];", "workgroupBarrier();",
-             f"let shift = select(top, 0.0f, top == {neg_inf});",  # no visible key: all weights 0
-             "var sum = 0.0f;",
-             strided_loop("j", sk, wg, "let w = exp(S[s0 + j] - shift); S[s0 + j] = w; sum = sum + w;"),
-             "part[lid] = sum;", *tree("part", "{0} + {1}", wg),
-             "let total = select(part[0], 1.0f, part[0] == 0.0f);",
-             "storageBarrier();", strided_loop("e", dv, wg, weighted)]
+             strided_loop("e", dv, wg, "out_row[e] = 0.0f;"),
+             f"var m = {neg_inf};", "var l = 0.0f;",
+             f"for (var c0 = 0u; c0 < {u32(sk)}; c0 = c0 + {u32(chunk)}) {{",
+             f"  let n = min({u32(chunk)}, {u32(sk)} - c0);",
+             f"  var cm = {neg_inf};",
+             f"  for (var jj = lid; jj < n; jj = jj + {u32(wg)}) {{ {' '.join(score)} }}",
+             "  part[lid] = cm;", *[f"  {x}" for x in tree("part", "rlx_max({0}, {1})", wg)],
+             "  let top = rlx_max(m, part[0]);", "  workgroupBarrier();",
+             f"  let shift = select(top, 0.0f, top == {neg_inf});",  # nothing visible yet: weights 0
+             "  let alpha = exp(m - shift);",
+             "  var cs = 0.0f;",
+             f"  for (var jj = lid; jj < n; jj = jj + {u32(wg)}) "
+             "{ let w = exp(sc[jj] - shift); sc[jj] = w; cs = cs + w; }",
+             "  part[lid] = cs;", *[f"  {x}" for x in tree("part", "{0} + {1}", wg)],
+             "  l = l * alpha + part[0];", "  m = top;",
+             f"  {strided_loop('e', dv, wg, accumulate)}",
+             "  workgroupBarrier();", "}",
+             "let total = select(l, 1.0f, l == 0.0f);",
+             strided_loop("e", dv, wg, f"O[row * {u32(dv)} + e] = {acc_store(q.dtype, 'out_row[e] / total')};")]
     st = k.storage(q.dtype)
     bindings, slots = [("Q", st), ("K", st), ("V", st)], [k.input(0), k.input(1), k.input(2)]
     if len(k.ins) == 4:
         bindings.append(("M", k.storage(k.ins[3].dtype)))
         slots.append(k.input(3))
-    row_kernel(k, rows_, wg, bindings + [("S", "f32"), ("O", st)], slots + [k.scratch(4 * rows_ * sk), k.output()],
-               f"var<workgroup> part: array<f32, {wg}>;\n", lines)
+    decls = (f"var<workgroup> part: array<f32, {wg}>;\nvar<workgroup> sc: array<f32, {chunk}>;\n"
+             f"var<workgroup> out_row: array<f32, {dv}>;\n")
+    row_kernel(k, rows_, wg, bindings + [("O", st)], slots + [k.output()], decls, lines)
 
 
 def _mask_lines(k: KernelContext, a, q_dims, sk: int) -> list[str]:
