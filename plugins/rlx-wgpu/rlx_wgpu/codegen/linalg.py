@@ -135,7 +135,7 @@ def matmul_source(p: Problem, t: Tile, storage: str) -> str:
     for kk in range(t.bk):
         compute += [f"let a{g}_{kk} = As[{u32(kk * t.bm // 4 + g * row_step // 4)} + ty];" for g in range(gm)]
         compute += [f"let b{h}_{kk} = Bs[{u32(kk * t.bn // 4 + h * col_step // 4)} + tx];" for h in range(gn)]
-        compute += [f"acc_{g}_{i}_{h} = acc_{g}_{i}_{h} + a{g}_{kk}[{i}] * b{h}_{kk};"
+        compute += [_multiply_add(c, f"acc_{g}_{i}_{h}", f"a{g}_{kk}[{i}]", f"b{h}_{kk}")
                     for g in range(gm) for i in range(4) for h in range(gn)]
     if tiles_k:
         lines += fetch("0u")
@@ -153,6 +153,14 @@ def matmul_source(p: Problem, t: Tile, storage: str) -> str:
              f"var<workgroup> Bs: array<vec4<{c}>, {t.bk * t.bn // 4}>;\n")
     elem = f"vec4<{storage}>" if vec else storage
     return shader([("A", elem), ("B", elem), ("C", elem)], "".join(f"  {s}\n" for s in lines), t.threads, decls)
+
+
+def _multiply_add(c: str, acc: str, a: str, b: str) -> str:
+    """``acc += a * b`` (a scalar times a vec4): an explicit fused multiply-add for floats,
+    so that drivers that do not contract a multiply and an add still issue one FMA."""
+    if c == "f32":
+        return f"{acc} = fma(vec4<f32>({a}), {b}, {acc});"
+    return f"{acc} = {acc} + {a} * {b};"
 
 
 def _staging(p: Problem, t: Tile, vec: bool, c: str, zero: str, storage: str):
