@@ -113,7 +113,7 @@ def _measure(gpu: Gpu, n: int, progress) -> dict:
         progress(f"calibrate {gpu.profile.label}: matmul {n}^3 tile {tile}: {measured[tile]:.0f} GFLOP/s")
         del exe
     best = max(measured, key=measured.get)
-    size = 16 * n * n  # 64 MiB of f32 at n = 1024
+    size = min(16 * n * n, 1 << 26, gpu.max_binding_bytes // 4)  # at most 256 MiB in and out
     stream = _compiled(gpu, _graph("calib-stream", lambda g, x: g.neg(x), (size,)))
     bandwidth = 8.0 * size / device_seconds(gpu, stream) / 1e9
     tiny = _compiled(gpu, _graph("calib-tiny", lambda g, x: g.neg(x), (1,)))

@@ -26,7 +26,7 @@ from .encoder import Encoder
 from .layout import device_nbytes, from_device, to_device
 from .plan import Item, plan
 from .schedule import ALIAS_KINDS, FOLDED_KINDS, schedule
-from .steps import FOREVER, KernelStep, RngStep
+from .steps import FOREVER, RNG_KINDS, KernelStep, RngStep
 
 __all__ = ["WgpuExecutable"]
 
@@ -45,12 +45,11 @@ class WgpuExecutable(ExecutableGraph):
         self._constants = {Ref(n.id): _constant_value(n) for n in graph.nodes
                            if n.kind == "constant" or n.kind in FOLDED_KINDS}
         self.steps = [self._step(i, s) for i, s in enumerate(schedule(graph, gpu.max_bindings))]
-        self.host_writes = any(getattr(s, "host_writes", False) for s in self.steps)
+        self.host_writes = any(s.host_writes for s in self.steps)
         items = self._items()
         self._sizes = {it.key: it.nbytes for it in items}
         self._offsets, self.arena_bytes = plan(items, gpu.alignment)
         self.arena = gpu.storage_buffer(self.arena_bytes, f"arena of graph '{graph.name}'")
-        self._bind_groups: dict[tuple, object] = {}
         for ref, value in self._constants.items():
             self.write(ref, to_device(value, graph.shape_of(ref).dtype))
         for step in self.steps:
@@ -71,7 +70,7 @@ class WgpuExecutable(ExecutableGraph):
             fused_kernel(k, list(step.nodes))
             return KernelStep(index, step.nodes, k)
         GENERATORS[node.kind](k)
-        return RngStep(index, node, k) if node.kind.startswith("rng_") else KernelStep(index, step.nodes, k)
+        return RngStep(index, node, k) if node.kind in RNG_KINDS else KernelStep(index, step.nodes, k)
 
     def _items(self) -> list[Item]:
         """Every region of the arena with its lifetime (see ``rlx_wgpu.plan``)."""

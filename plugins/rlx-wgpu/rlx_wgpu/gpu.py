@@ -1,7 +1,7 @@
 """Adapters, the five device profiles, and one opened wgpu device per profile.
 
 * ``gpu``: the best adapter of any backend type (see :func:`adapter_rank`), with its
-  full limits and the optional features RLX uses (``shader-f16``, ``timestamp-query``).
+  full limits and the optional feature RLX uses (``shader-f16``).
   ``RLX_WGPU_ADAPTER=<text>`` picks the first adapter whose name contains ``text``.
 * ``vulkan``, ``opengl``, ``directx``: the best adapter of that wgpu backend type; a
   profile whose backend type has no adapter here is unavailable.
@@ -53,7 +53,7 @@ SPEC_DEFAULT_LIMITS = {
     "max-uniform-buffers-per-shader-stage": 12,
     "max-dynamic-storage-buffers-per-pipeline-layout": 4,
 }
-OPTIONAL_FEATURES = ("shader-f16", "timestamp-query")
+OPTIONAL_FEATURES = ("shader-f16",)
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 1, "D3D12": 2, "OpenGL": 3}
 

@@ -22,12 +22,15 @@ from .codegen.base import Data, KernelContext, Scratch, Seeds
 from .layout import device_nbytes, to_device
 from .plan import Item
 
-__all__ = ["KernelStep", "RngStep", "FOREVER"]
+__all__ = ["KernelStep", "RngStep", "FOREVER", "RNG_KINDS"]
 
 FOREVER = 1 << 40  # the "last" step of regions that live across runs
+RNG_KINDS = frozenset({"rng_uniform", "rng_normal"})
 
 
 class KernelStep:
+    host_writes = False  # whether encoding writes per-run data from the host
+
     def __init__(self, index: int, nodes: tuple[Node, ...], k: KernelContext):
         self.index = index
         self.nodes = nodes
