@@ -26,14 +26,11 @@ ALIAS_KINDS = frozenset({"reshape"})  # the output is the input's bytes, read wi
 @dataclass(frozen=True)
 class Step:
     nodes: tuple[Node, ...]  # one node, or an elementwise group (root last)
+    fused: bool = False      # run as one fused elementwise kernel
 
     @property
     def root(self) -> Node:
         return self.nodes[-1]
-
-    @property
-    def fused(self) -> bool:
-        return self.root.kind in ELEMENTWISE_KINDS
 
 
 def fusable(graph: Graph, node: Node) -> bool:
@@ -56,7 +53,7 @@ def schedule(graph: Graph, max_bindings: int) -> list[Step]:
     for node in graph.nodes:
         if node.kind in NO_STEP_KINDS or node.kind in ALIAS_KINDS or node.id in absorbed:
             continue
-        steps.append(Step(tuple(groups.get(node.id, [node]))))
+        steps.append(Step(tuple(groups.get(node.id, [node])), node.id in groups))
     return steps
 
 

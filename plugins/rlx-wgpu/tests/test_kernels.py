@@ -29,6 +29,12 @@ def test_matmul_tiles(tile, m, k, n):
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_batched_matmul_on_the_vec4_path():
+    a, b = RNG.standard_normal((3, 128, 64), np.float32), RNG.standard_normal((64, 128), np.float32)
+    got = _run("gpu", lambda g, x, y: g.matmul(x, y), a, b, matmul_tile="64x64x8/4x4")[0]
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_batched_matmul_with_broadcast_and_wrapping_ints():
     a = RNG.integers(-2**20, 2**20, (3, 1, 70, 40), dtype=np.int32)
     b = RNG.integers(-2**20, 2**20, (4, 40, 66), dtype=np.int32)
