@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import rlx_core
-from rlx_core import Graph, Session
-from rlx_core.errors import DeviceUnavailableError, PluginError, PolicyError
-from rlx_core.runtime import Availability, Backend, BackendFactory, Device, hookimpl, register_backends, registry
+from rlx_core import Session
+from rlx_core.errors import DeviceUnavailableError, PolicyError
+from rlx_core.runtime import Availability, Backend, BackendFactory, Device, hookimpl, register_backends
 
 # A complete third-party plugin: a backend for the "gpu" device that runs graphs with the
 # reference interpreter (standing in for real kernels) through the public API only.
