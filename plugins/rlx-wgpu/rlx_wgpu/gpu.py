@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -71,6 +72,8 @@ def adapter_summary(info) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _adapters() -> tuple:
+    if not os.environ.get("XDG_RUNTIME_DIR"):  # Mesa prints an error per adapter without one
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rlx-xdg-")
     import wgpu
     return tuple(wgpu.gpu.enumerate_adapters_sync())
 
