@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from .cli_run import cmd_run, setup_run
+
 __all__ = ["main", "COMMANDS"]
 
 
@@ -209,6 +211,7 @@ COMMANDS = {
     "calibrate": (cmd_calibrate, _setup_calibrate),
     "bench": (cmd_bench, _setup_bench),
     "demo": (cmd_demo, _setup_demo),
+    "run": (cmd_run, setup_run),
 }
 
 

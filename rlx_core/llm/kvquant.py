@@ -212,12 +212,15 @@ def _reciprocal(d: np.ndarray) -> np.ndarray:
 
 def _signed_absmax(blocks: np.ndarray, scratch: _Scratch, fmt: str) -> np.ndarray:
     """Per block, the value of largest magnitude with its sign; the first one when ``+a``
-    and ``-a`` both occur (GGML's scan keeps the first strictly larger magnitude)."""
+    and ``-a`` both occur -- also for a block of signed zeros (gguf's reference quantizer takes
+    the first element of largest magnitude)."""
     hi = _block_reduce(np.maximum, blocks, scratch.tree)
     lo = _block_reduce(np.minimum, blocks, scratch.tree)
     _check_finite(hi, fmt)
     _check_finite(lo, fmt)
     out = np.where(hi >= -lo, hi, lo)
+    zeros = np.flatnonzero(out == 0)
+    out[zeros] = blocks[zeros, 0]  # a block of (signed) zeros: its first element, sign included
     ties = np.flatnonzero((hi == -lo) & (hi != 0))
     if ties.size:
         first = np.abs(blocks[ties]).argmax(axis=1)
