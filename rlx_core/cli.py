@@ -62,6 +62,10 @@ def _print_report(rows, show_all: bool) -> None:
         [(r.label, r.backend or "-", _yes(r.available), _BLOCKER_WORDS.get(r.blocker_kind, "-"),
           _yes(r.supports_graph), _duration(r.estimate_ns), r.figures or "-", "*" if r.recommended else "",
           ",".join(r.capabilities) or "-") for r in shown]))
+    nominal = [r.label for r in shown if r.figures == "nominal"]
+    if nominal:
+        print(f"\nestimates for {', '.join(nominal)} use nominal figures (no calibration cached): run "
+              f"`rlx calibrate` for measured ones; device selection calibrates on its own when it has a choice")
     hidden = [r.label for r in rows if r not in shown]
     if hidden:
         print(f"\nnot installed (no plugin serves them; --all lists them): {', '.join(hidden)}")

@@ -40,6 +40,7 @@ def test_devices_with_a_graph_shows_estimate_and_pick(capsys):
     assert code == 0
     cpu_row = next(line for line in out.splitlines() if line.startswith("cpu "))
     assert " yes " in cpu_row and " us" in cpu_row and " * " in cpu_row and "nominal" in cpu_row
+    assert "estimates for cpu use nominal figures" in out and "rlx calibrate" in out
     assert "tpu: no installed plugin serves it" in out and "fix: pip install rlx-core[tpu]" in out
 
 

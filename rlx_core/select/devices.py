@@ -19,9 +19,11 @@ Decisions where the original was inconsistent:
   calibrates; selection (``fastest_device_for``) uses full probes and calibrates the
   candidates once when there are two or more to choose between.
 
-Plugins: ``BackendFactory.create()`` and ``Backend.supported_ops()`` must not import a
-heavy library (import it in ``is_available`` or ``compile``): the report calls them to
-answer "supports graph" while staying cheap.
+Plugins: ``BackendFactory.create()`` and ``advisory_capabilities()`` must not import a
+heavy library (import it in ``is_available`` or ``compile``): the report calls them for
+every registered device. Given a graph, the report also asks each available backend for
+``supported_ops()``; a plugin whose table depends on the hardware (wgpu: adapter
+features) pays for its import there, and only there.
 """
 from __future__ import annotations
 
