@@ -8,7 +8,11 @@ use CuPy's current stream, so device outputs are ordered with the caller's CuPy 
 
 Backend options (``CompileOptions.backend``): ``device`` (index, default 0),
 ``outputs`` ("numpy" | "cupy" | "torch"), ``graph_capture`` (default True), ``fuse``
-(default True), ``attention_scores_bytes`` (scores memory per attention launch).
+(default True), ``fold_views`` (default True: movement ops read in place, see
+``rlx_cuda.views``), ``attention`` ("auto" | "flash" | "decode" | "cublas": force one
+attention kernel where it applies, see ``lower.attention_kernel``),
+``attention_splits`` (force this many key splits per attention block),
+``attention_scores_bytes`` (scores memory per launch of the cuBLAS attention path).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from rlx_core.rng import RngOptions, combine_seed
 from rlx_core.runtime import CompileOptions, ExecutableGraph, PrecisionPolicy, Tracer
 
 from .dtypes import storage_np
-from .lower import LowerContext, RngSeed, lower_graph
+from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
 from .plan import plan_memory
 from .runtime import Runtime
 from .steps import Buf, Copy, Gemm, Host, Launch, Memset
@@ -34,7 +38,8 @@ __all__ = ["CudaExecutable", "OUTPUT_MODES"]
 
 log = logging.getLogger("rlx.cuda")
 OUTPUT_MODES = ("numpy", "cupy", "torch")
-_KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "attention_scores_bytes"}
+_KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "fold_views", "attention", "attention_splits",
+                  "attention_scores_bytes"}
 
 
 def check_backend_options(options: Mapping[str, Any]) -> None:
@@ -44,6 +49,24 @@ def check_backend_options(options: Mapping[str, Any]) -> None:
     if options.get("outputs", "numpy") not in OUTPUT_MODES:
         raise RlxError(f"cuda backend option outputs must be one of {', '.join(OUTPUT_MODES)}, "
                        f"got {options['outputs']!r}")
+    if options.get("attention", "auto") not in ATTENTION_KERNELS:
+        raise RlxError(f"cuda backend option attention must be one of {', '.join(ATTENTION_KERNELS)}, "
+                       f"got {options['attention']!r}")
+    splits = options.get("attention_splits")
+    if splits is not None and not (isinstance(splits, int) and not isinstance(splits, bool) and splits >= 1):
+        raise RlxError(f"cuda backend option attention_splits must be an int >= 1, got {splits!r}")
+
+
+def lower_context(graph: Graph, options: CompileOptions, sm_count: int) -> LowerContext:
+    """The lowering choices ``options`` make for ``graph`` on a device with ``sm_count`` SMs."""
+    backend = options.backend
+    ctx = LowerContext(graph, tf32=options.precision not in (PrecisionPolicy.DECLARED, PrecisionPolicy.F32),
+                       fuse=bool(backend.get("fuse", True)), rng_mode=options.rng.mode,
+                       attention=backend.get("attention", "auto"), attention_splits=backend.get("attention_splits"),
+                       fold_views=bool(backend.get("fold_views", True)), sm_count=sm_count)
+    if "attention_scores_bytes" in backend:
+        ctx.attention_scores_bytes = int(backend["attention_scores_bytes"])
+    return ctx
 
 
 class CudaExecutable(ExecutableGraph):
@@ -55,12 +78,9 @@ class CudaExecutable(ExecutableGraph):
         self.rt = runtime or Runtime.get(int(options.backend.get("device", 0)))
         self.cp = self.rt.cp
         self.output_mode = options.backend.get("outputs", "numpy")
-        ctx = LowerContext(graph, tf32=options.precision not in (PrecisionPolicy.DECLARED, PrecisionPolicy.F32),
-                           fuse=bool(options.backend.get("fuse", True)), rng_mode=self.rng.mode,
-                           **({"attention_scores_bytes": int(options.backend["attention_scores_bytes"])}
-                              if "attention_scores_bytes" in options.backend else {}))
+        ctx = lower_context(graph, options, int(self.rt.props.get("multiProcessorCount", 132)))
         self.steps = lower_graph(ctx)
-        self.plan = plan_memory(graph, self.steps)
+        self.plan = plan_memory(graph, self.steps, ctx.views.aliases)
         self._lock = threading.Lock()
         self._subexec: dict[int, CudaExecutable] = {}
         self._scalars: dict[Any, tuple[np.ndarray, np.ndarray]] = {}

@@ -75,8 +75,9 @@ def test_attention_is_chunked_within_the_scores_budget():
 
 def test_arena_plan_shares_bytes_only_between_disjoint_lifetimes():
     g = _mlp()
-    steps = lower_graph(LowerContext(g))
-    plan = plan_memory(g, steps)
+    ctx = LowerContext(g)
+    steps = lower_graph(ctx)
+    plan = plan_memory(g, steps, ctx.views.aliases)
     items = list(plan.placements.values()) + list(plan.scratch.values())
     for i, p in enumerate(items):
         assert p.offset % 256 == 0

@@ -64,10 +64,11 @@ def contiguous_strides(dims: Sequence[int]) -> tuple[int, ...]:
 
 
 def broadcast_access(dtype: DType, value_dims: Sequence[int], loop_dims: Sequence[int],
-                     offset: int = 0) -> Access:
-    """A contiguous tensor of ``value_dims`` read with numpy broadcasting over ``loop_dims``."""
+                     offset: int = 0, strides: Sequence[int] | None = None) -> Access:
+    """A tensor of ``value_dims`` (contiguous, or laid out with element ``strides``) read
+    with numpy broadcasting over ``loop_dims``."""
     lead = len(loop_dims) - len(value_dims)
-    own = contiguous_strides(value_dims)
+    own = contiguous_strides(value_dims) if strides is None else tuple(strides)
     strides = tuple(0 if d < lead or value_dims[d - lead] == 1 else own[d - lead] for d in range(len(loop_dims)))
     return Access(dtype, offset, strides)
 
