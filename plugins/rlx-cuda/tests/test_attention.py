@@ -240,3 +240,28 @@ def test_flash_blocks_visit_heavy_causal_tiles_first_and_decode_tiles_fit_shared
 def _problem(ctx, g, index):
     from rlx_cuda.lower import _attention_problem
     return _attention_problem(ctx, [n for n in g.nodes if n.kind == "attention"][index])
+
+
+@needs_gxx
+def test_the_gpu_diagnostic_table_runs_its_checks(monkeypatch):
+    """attention_gpu_check.py, with the emulator in place of the GPU, on a few of its
+    configurations: the table is produced and every row passes (the layout probe
+    included, which pins down the mma / ldmatrix fragment layouts)."""
+    import types
+    import attention_gpu_check as check
+
+    class Compiled:
+        def __init__(self, graph, backend):
+            self.emulated = Emulated(graph, **backend)
+            self.executable = types.SimpleNamespace(steps=self.emulated.steps)
+
+        def run(self, feeds):
+            return self.emulated.run(feeds)
+    keep = {"layout-probe", "causal/d20-unvectorized", "decode/gqa4", "f64/causal", "block/decode-cache"}
+    cases = [c for c in check._cases() if c[0] in keep]
+    monkeypatch.setattr(check, "_compile", Compiled)
+    monkeypatch.setattr(check, "_cases", lambda: cases)
+    lines = []
+    assert check.run(lines.append) == [], "\n".join(lines)
+    table = "\n".join(lines)
+    assert "n/a (falls back)" in table and "flash+combine" in table and "gemm*2+softmax" in table
