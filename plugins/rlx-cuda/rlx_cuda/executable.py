@@ -57,13 +57,16 @@ def check_backend_options(options: Mapping[str, Any]) -> None:
         raise RlxError(f"cuda backend option attention_splits must be an int >= 1, got {splits!r}")
 
 
-def lower_context(graph: Graph, options: CompileOptions, sm_count: int) -> LowerContext:
-    """The lowering choices ``options`` make for ``graph`` on a device with ``sm_count`` SMs."""
+def lower_context(graph: Graph, options: CompileOptions, props: Mapping[str, Any]) -> LowerContext:
+    """The lowering choices ``options`` make for ``graph`` on a device of properties
+    ``props`` (CuPy's ``getDeviceProperties``: SM count and compute capability)."""
     backend = options.backend
     ctx = LowerContext(graph, tf32=options.precision not in (PrecisionPolicy.DECLARED, PrecisionPolicy.F32),
                        fuse=bool(backend.get("fuse", True)), rng_mode=options.rng.mode,
                        attention=backend.get("attention", "auto"), attention_splits=backend.get("attention_splits"),
-                       fold_views=bool(backend.get("fold_views", True)), sm_count=sm_count)
+                       fold_views=bool(backend.get("fold_views", True)),
+                       sm_count=int(props.get("multiProcessorCount", 132)),
+                       arch=10 * int(props.get("major", 9)) + int(props.get("minor", 0)))
     if "attention_scores_bytes" in backend:
         ctx.attention_scores_bytes = int(backend["attention_scores_bytes"])
     return ctx
@@ -78,7 +81,7 @@ class CudaExecutable(ExecutableGraph):
         self.rt = runtime or Runtime.get(int(options.backend.get("device", 0)))
         self.cp = self.rt.cp
         self.output_mode = options.backend.get("outputs", "numpy")
-        ctx = lower_context(graph, options, int(self.rt.props.get("multiProcessorCount", 132)))
+        ctx = lower_context(graph, options, self.rt.props)
         self.steps = lower_graph(ctx)
         self.plan = plan_memory(graph, self.steps, ctx.views.aliases)
         self._lock = threading.Lock()

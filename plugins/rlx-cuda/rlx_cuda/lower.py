@@ -59,6 +59,7 @@ class LowerContext:
     attention_splits: int | None = None  # forced key splits (None: chosen per launch)
     fold_views: bool = True
     sm_count: int = 132
+    arch: int = 90  # compute capability x 10 (the flash kernel needs mma.sync bf16: 80+)
     views: ViewPlan | None = None
 
     def shape(self, ref: Ref) -> Shape:
@@ -480,7 +481,8 @@ def _conv_transpose2d(ctx, node):
 def attention_kernel(ctx: LowerContext, node: Node) -> str:
     """Which kernel runs attention ``node``: "flash" (tensor cores, f16/bf16), "decode"
     (CUDA cores, few query rows per KV head) or "cublas" (two GEMMs around a masked
-    softmax; also every empty case). ``ctx.attention`` "auto" picks decode up to
+    softmax; also every empty case). Flash needs compute capability 8.0. ``ctx.attention``
+    "auto" picks decode up to
     ``DECODE_MAX_ROWS`` rows per KV head, else flash where it applies; a forced kernel
     runs wherever it applies and the cuBLAS path elsewhere."""
     q, k, v = (ctx.shape(r) for r in node.inputs[:3])
@@ -489,7 +491,7 @@ def attention_kernel(ctx: LowerContext, node: Node) -> str:
     if ctx.attention == "cublas" or node.outputs[0].size == 0 or sk == 0:
         return "cublas"
     rows = hq // hkv * sq
-    flash = flash_supports(q.dtype, d, dv)
+    flash = flash_supports(q.dtype, d, dv) and ctx.arch >= 80
     decode = decode_tile_keys(q.dtype, min(rows, DECODE_MAX_BLOCK_ROWS), d, dv) is not None
     if ctx.attention == "flash":
         return "flash" if flash else "cublas"
@@ -627,7 +629,8 @@ def _host(ctx, node):
 
 
 LOWERINGS: dict[str, Callable[[LowerContext, Node], Step]] = {
-    **{k: _view_copy for k in VIEW_KINDS}, "concat": _concat, "pad": _pad, "gather": _gather, "gather_elements": _gather_elements,
+    **{k: _view_copy for k in VIEW_KINDS}, "concat": _concat, "pad": _pad, "gather": _gather,
+    "gather_elements": _gather_elements,
     "scatter_add": _scatter_add, "argmax": _argreduce, "argmin": _argreduce, "softmax": _softmax,
     "log_softmax": _softmax, "layer_norm": _norm, "rms_norm": _norm, "group_norm": _norm, "rope": _rope,
     "pool2d": _pool2d, "matmul": _matmul, "conv": _conv, "conv_transpose2d": _conv_transpose2d,

@@ -87,8 +87,8 @@ def compare(got: np.ndarray, want: np.ndarray, dtype, scale: float = 2.0) -> str
         return None
     err = np.where(bad, np.abs(a - e), 0)
     worst = np.unravel_index(np.nanargmax(np.nan_to_num(err, nan=np.inf)), a.shape)
-    return (f"{bad.mean():.1%} bad, nan got/want {np.isnan(a).sum()}/{np.isnan(e).sum()}, worst at {tuple(map(int, worst))}"
-            f" got {a[worst]:.5g} want {e[worst]:.5g}; {_where(bad, a.shape)}")
+    return (f"{bad.mean():.1%} bad, nan got/want {np.isnan(a).sum()}/{np.isnan(e).sum()}, "
+            f"worst at {tuple(map(int, worst))} got {a[worst]:.5g} want {e[worst]:.5g}; {_where(bad, a.shape)}")
 
 
 def _layout_probe(dtype="bf16"):

@@ -31,7 +31,6 @@ of a transformer block are never materialized.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from string import Template
 
@@ -154,7 +153,8 @@ def _vectorizable(acc: Access, cols: int, itemsize: int) -> bool:
     """Whether rows of ``cols`` elements can be read in 16-byte pieces: unit stride along
     D and every row start, the buffer offset included, 16-byte aligned."""
     w = _VECTOR_BYTES // itemsize
-    return cols > 0 and acc.strides[3] == 1 and cols % w == 0 and acc.offset % w == 0 and all(s % w == 0 for s in acc.strides[:3])
+    return cols > 0 and acc.strides[3] == 1 and cols % w == 0 and acc.offset % w == 0 \
+        and all(s % w == 0 for s in acc.strides[:3])
 
 
 def _offset(acc: Access, b: str, h: str, s: str) -> str:
@@ -186,7 +186,8 @@ def _score_function(p: AttentionProblem) -> str:
     scaled, soft-capped and masked (-inf when hidden or out of range)."""
     acc, dt = p.acc, device_type(p.dtype)
     inf = "rlx_inf_d()" if acc == "double" else "rlx_inf_f()"
-    lines = [f"RLX_D {acc} rlx_attn_score({acc} dot, int b, int h, int i, int j, bool ok, const {_mask_type(p)}* mask) {{",
+    lines = [f"RLX_D {acc} rlx_attn_score({acc} dot, int b, int h, int i, int j, bool ok, "
+             f"const {_mask_type(p)}* mask) {{",
              f"  if (!ok || j >= {p.sk}) return -{inf};"]
     position = f"i + {p.sk - p.sq}"
     if p.mask == "causal":
@@ -256,7 +257,8 @@ def _query_row_setup(p: AttentionProblem) -> str:
 
 
 def _key_row_setup(p: AttentionProblem, acc: Access) -> str:
-    return f"const int key = kb + row; const bool ok = key < {p.sk}; const long long off = {_offset(acc, 'b', 'kvh', 'key')};"
+    return (f"const int key = kb + row; const bool ok = key < {p.sk}; "
+            f"const long long off = {_offset(acc, 'b', 'kvh', 'key')};")
 
 
 def _block_coordinates(p: AttentionProblem, rows_per_block: int, splits: int, reverse: bool) -> str:
