@@ -13,11 +13,15 @@ Backend options (``CompileOptions.backend``): ``device`` (index, default 0),
 attention kernel where it applies, see ``lower.attention_kernel``),
 ``attention_splits`` (force this many key splits per attention block),
 ``attention_scores_bytes`` (scores memory per launch of the cuBLAS attention path).
+The environment variable ``RLX_CUDA_BACKEND`` (a JSON object) supplies defaults for
+these options, e.g. ``'{"attention": "cublas"}'`` to route a whole test suite or
+benchmark around a suspect kernel; options given in ``CompileOptions`` win.
 """
 from __future__ import annotations
 
+import json
 import logging
-import math
+import os
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -42,6 +46,20 @@ _KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "fold_views", "a
                   "attention_scores_bytes"}
 
 
+def backend_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` over the defaults of ``RLX_CUDA_BACKEND``, validated."""
+    text = os.environ.get("RLX_CUDA_BACKEND", "").strip()
+    try:
+        defaults = json.loads(text) if text else {}
+    except json.JSONDecodeError as e:
+        raise RlxError(f"RLX_CUDA_BACKEND must be a JSON object of cuda backend options, got {text!r}: {e}") from None
+    if not isinstance(defaults, dict):
+        raise RlxError(f"RLX_CUDA_BACKEND must be a JSON object of cuda backend options, got {text!r}")
+    options = {**defaults, **given}
+    check_backend_options(options)
+    return options
+
+
 def check_backend_options(options: Mapping[str, Any]) -> None:
     unknown = set(options) - _KNOWN_OPTIONS
     if unknown:
@@ -57,10 +75,11 @@ def check_backend_options(options: Mapping[str, Any]) -> None:
         raise RlxError(f"cuda backend option attention_splits must be an int >= 1, got {splits!r}")
 
 
-def lower_context(graph: Graph, options: CompileOptions, props: Mapping[str, Any]) -> LowerContext:
-    """The lowering choices ``options`` make for ``graph`` on a device of properties
-    ``props`` (CuPy's ``getDeviceProperties``: SM count and compute capability)."""
-    backend = options.backend
+def lower_context(graph: Graph, options: CompileOptions, backend: Mapping[str, Any],
+                  props: Mapping[str, Any]) -> LowerContext:
+    """The lowering choices ``options`` and ``backend`` options make for ``graph`` on a
+    device of properties ``props`` (CuPy's ``getDeviceProperties``: SM count and
+    compute capability)."""
     ctx = LowerContext(graph, tf32=options.precision not in (PrecisionPolicy.DECLARED, PrecisionPolicy.F32),
                        fuse=bool(backend.get("fuse", True)), rng_mode=options.rng.mode,
                        attention=backend.get("attention", "auto"), attention_splits=backend.get("attention_splits"),
@@ -74,14 +93,14 @@ def lower_context(graph: Graph, options: CompileOptions, props: Mapping[str, Any
 
 class CudaExecutable(ExecutableGraph):
     def __init__(self, graph: Graph, options: CompileOptions, runtime: Runtime | None = None):
-        check_backend_options(options.backend)
+        self.backend = backend_options(options.backend)
         self.graph = graph
         self.options = options
         self.rng = options.rng
-        self.rt = runtime or Runtime.get(int(options.backend.get("device", 0)))
+        self.rt = runtime or Runtime.get(int(self.backend.get("device", 0)))
         self.cp = self.rt.cp
-        self.output_mode = options.backend.get("outputs", "numpy")
-        ctx = lower_context(graph, options, self.rt.props)
+        self.output_mode = self.backend.get("outputs", "numpy")
+        ctx = lower_context(graph, options, self.backend, self.rt.props)
         self.steps = lower_graph(ctx)
         self.plan = plan_memory(graph, self.steps, ctx.views.aliases)
         self._lock = threading.Lock()
@@ -96,7 +115,7 @@ class CudaExecutable(ExecutableGraph):
         self._params = {n.attrs["name"]: self.arrays[Ref(n.id)] for n in graph.param_nodes}
         self._outputs = [self.arrays[r] for r in graph.outputs]
         self._out_dtypes = graph.output_shapes
-        self.capture_enabled = bool(options.backend.get("graph_capture", True)) and \
+        self.capture_enabled = bool(self.backend.get("graph_capture", True)) and \
             all(cap for _, cap, _ in self._bound)
         self._graph = None
         self._runs = 0
@@ -270,7 +289,7 @@ class CudaExecutable(ExecutableGraph):
         """The executable of a control-flow body (compiled once, same device)."""
         exe = self._subexec.get(id(graph))
         if exe is None:
-            backend = {k: v for k, v in self.options.backend.items() if k != "outputs"}
+            backend = {k: v for k, v in self.backend.items() if k != "outputs"}
             exe = CudaExecutable(graph, CompileOptions(rng=self.rng, backend=backend), self.rt)
             self._subexec[id(graph)] = exe
         return exe

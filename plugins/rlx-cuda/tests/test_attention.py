@@ -267,19 +267,24 @@ def test_the_gpu_diagnostic_table_runs_its_checks(monkeypatch):
     assert "n/a (falls back)" in table and "flash+combine" in table and "gemm*2+softmax" in table
 
 
-def test_backend_options_reach_lowering_and_bad_ones_are_rejected():
+def test_backend_options_reach_lowering_and_bad_ones_are_rejected(monkeypatch):
     from rlx_core import CompileOptions
     from rlx_core.errors import RlxError
-    from rlx_cuda.executable import check_backend_options, lower_context
+    from rlx_cuda.executable import backend_options, lower_context
     g = _graph(CONFIGS[:1])
     (node,) = [n for n in g.nodes if n.kind == "attention"]
-    options = CompileOptions(backend={"attention": "decode", "attention_splits": 2, "fold_views": False})
-    ctx = lower_context(g, options, {"multiProcessorCount": 78, "major": 8, "minor": 6})
+    monkeypatch.setenv("RLX_CUDA_BACKEND", '{"attention": "cublas", "fold_views": false}')
+    backend = backend_options({"attention": "decode", "attention_splits": 2})  # given options win
+    assert backend == {"attention": "decode", "attention_splits": 2, "fold_views": False}
+    ctx = lower_context(g, CompileOptions(), backend, {"multiProcessorCount": 78, "major": 8, "minor": 6})
     assert (ctx.attention, ctx.attention_splits, ctx.fold_views, ctx.sm_count, ctx.arch) == ("decode", 2, False, 78, 86)
-    pre_ampere = lower_context(g, CompileOptions(), {"multiProcessorCount": 40, "major": 7, "minor": 5})
+    pre_ampere = lower_context(g, CompileOptions(), {}, {"multiProcessorCount": 40, "major": 7, "minor": 5})
     assert attention_kernel(pre_ampere, node) == "cublas"  # no bf16 mma.sync before sm_80
     for bad, match in (({"attention": "fast"}, "attention must be one of auto, flash, decode, cublas"),
                        ({"attention_splits": 0}, "attention_splits must be an int >= 1"),
                        ({"attention_split": 2}, "unknown cuda backend option")):
         with pytest.raises(RlxError, match=match):
-            check_backend_options(bad)
+            backend_options(bad)
+    monkeypatch.setenv("RLX_CUDA_BACKEND", "attention=cublas")
+    with pytest.raises(RlxError, match="RLX_CUDA_BACKEND must be a JSON object"):
+        backend_options({})
