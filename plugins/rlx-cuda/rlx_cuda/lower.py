@@ -22,7 +22,7 @@ from .fusion import fusion_groups, group_outputs
 from .kernels.attention import (ATTENTION_BLOCK, DECODE_MAX_BLOCK_ROWS, AttentionProblem, CombineKernel,
                                 DecodeAttentionKernel, FlashAttentionKernel, choose_splits, decode_tile_keys,
                                 flash_supports)
-from .kernels.elementwise import Access, FusedKernel, FusedOp, broadcast_access, contiguous_strides
+from .kernels.elementwise import Access, ConcatKernel, FusedKernel, FusedOp, broadcast_access
 from .kernels.index import (Col2imKernel, GatherElementsKernel, GatherKernel, Im2colKernel, PadKernel,
                             Pool2dKernel, RopeKernel, ScatterAddKernel)
 from .kernels.philox import PhiloxKernel
@@ -133,7 +133,7 @@ def _fused_step(ctx: LowerContext, members: list[int]) -> Step:
     return step
 
 
-def _launch_elementwise(step: Step, kernel: FusedKernel, bufs: list[Buf]) -> None:
+def _launch_elementwise(step: Step, kernel: FusedKernel | ConcatKernel, bufs: list[Buf]) -> None:
     grid, block = elementwise_grid(kernel.size)
     if grid:
         step.actions.append(Launch(kernel.source(), grid, block, tuple(bufs)))
@@ -165,18 +165,16 @@ def _view_copy(ctx: LowerContext, node: Node) -> Step:
 
 
 def _concat(ctx, node):
+    """One launch copying every (non-empty) input, each read through its layout."""
     out = node.outputs[0]
-    axis, ost = node.attrs["axis"], contiguous_strides(out.dims)
-    layouts = [ctx.views.layout(r) for r in node.inputs]
-    step = Step(node.label, tuple(lay.ref for lay in layouts), (Ref(node.id),))
-    start = 0
-    for r, lay in zip(node.inputs, layouts):
-        dims = ctx.shape(r).dims
-        kernel = _copy_kernel(out.dtype, dims, broadcast_access(out.dtype, dims, dims, lay.access.offset,
-                                                                lay.access.strides),
-                              Access(out.dtype, start * ost[axis], ost))
-        _launch_elementwise(step, kernel, [Buf(lay.ref), Buf(Ref(node.id))])
-        start += dims[axis]
+    axis = node.attrs["axis"]
+    parts = [(ctx.shape(r).dims, ctx.views.layout(r)) for r in node.inputs]
+    parts = [(dims, lay) for dims, lay in parts if dims[axis]]
+    step = Step(node.label, tuple(lay.ref for _, lay in parts), (Ref(node.id),))
+    kernel = ConcatKernel(out.dims, axis, [(dims[axis], broadcast_access(out.dtype, dims, dims, lay.access.offset,
+                                                                          lay.access.strides)) for dims, lay in parts],
+                          broadcast_access(out.dtype, out.dims, out.dims))
+    _launch_elementwise(step, kernel, [Buf(lay.ref) for _, lay in parts] + [Buf(Ref(node.id))])
     return step
 
 

@@ -13,6 +13,7 @@ chain gives the same bits as the same ops run one by one (the reference rule).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -23,7 +24,7 @@ from rlx_core.ir import DType
 from ..dtypes import device_type, index_ctype
 from .preamble import KERNEL_NAME, PREAMBLE
 
-__all__ = ["Access", "FusedOp", "FusedKernel", "contiguous_strides", "broadcast_access", "coalesce",
+__all__ = ["Access", "FusedOp", "FusedKernel", "ConcatKernel", "contiguous_strides", "broadcast_access", "coalesce",
            "ELEMENTWISE_KINDS", "op_expression", "cast_expression"]
 
 
@@ -192,10 +193,8 @@ class FusedKernel:
         accesses = self.inputs + [acc for _, acc in self.outputs]
         dims, strides = coalesce(self.dims, [a.strides for a in accesses])
         n = math.prod(dims)
-        reach = max([n] + [abs(a.offset) + sum(abs(s) * (d - 1) for s, d in zip(st, dims))
-                           for a, st in zip(accesses, strides)])
         idx = "unsigned int" if n < 2**31 else "unsigned long long"
-        off = index_ctype(reach)
+        off = index_ctype(_reach(dims, [(a.offset, st) for a, st in zip(accesses, strides)]))
         params = [f"const {device_type(a.dtype).store}* in{i}" for i, a in enumerate(self.inputs)]
         params += [f"{device_type(a.dtype).store}* out{i}" for i, (_, a) in enumerate(self.outputs)]
         body = [f"  for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < {n}u; "
@@ -216,6 +215,56 @@ class FusedKernel:
         body.append("  }")
         return (PREAMBLE + f'extern "C" __global__ void {KERNEL_NAME}({", ".join(params)}) {{\n'
                 + "\n".join(body) + "\n}\n")
+
+
+@dataclass
+class ConcatKernel:
+    """concat along ``axis`` as one launch over the output ``dims``: the element at
+    coordinate ``c`` along the axis comes from the input whose slab ``[start, start +
+    extent)`` holds ``c``, read through its access (``inputs``: (extent, access) of each
+    non-empty input, in order) and written through ``out``. Values are copied as stored."""
+
+    dims: tuple[int, ...]
+    axis: int
+    inputs: list[tuple[int, Access]]
+    out: Access
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.dims)
+
+    def source(self) -> str:
+        a = self.axis
+        accesses = [acc for _, acc in self.inputs] + [self.out]
+        pre, pre_st = coalesce(self.dims[:a], [x.strides[:a] for x in accesses])
+        post, post_st = coalesce(self.dims[a + 1:], [x.strides[a + 1:] for x in accesses])
+        dims = pre + (self.dims[a],) + post
+        strides = [p + (x.strides[a],) + q for p, x, q in zip(pre_st, accesses, post_st)]
+        # input k's element: its offset shifted back by its start along the axis, then the output coordinates
+        starts = itertools.accumulate([0] + [extent for extent, _ in self.inputs])
+        placed = [(x.offset - start * st[len(pre)], st) for start, x, st in zip(starts, accesses, strides)]
+        placed[-1] = (self.out.offset, strides[-1])
+        n = math.prod(dims)
+        idx = "unsigned int" if n < 2**31 else "unsigned long long"
+        off = index_ctype(_reach(dims, placed))
+        store = device_type(self.out.dtype).store
+        body = [f"  for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < {n}u; "
+                f"i += ({idx})gridDim.x * blockDim.x) {{", *_coords(dims, idx), f"    {store} v;"]
+        end = 0
+        for k, ((extent, _), (offset, st)) in enumerate(zip(self.inputs, placed)):
+            end += extent
+            test = "" if k == len(self.inputs) - 1 else f"if (c{len(pre)} < {end}u) "
+            body.append(f"    {'else ' if k else ''}{test}v = in{k}[{_offset(offset, st, off)}];")
+        body += [f"    out[{_offset(*placed[-1], off)}] = v;", "  }"]
+        params = [f"const {store}* in{k}" for k in range(len(self.inputs))] + [f"{store}* out"]
+        return (PREAMBLE + f'extern "C" __global__ void {KERNEL_NAME}({", ".join(params)}) {{\n'
+                + "\n".join(body) + "\n}\n")
+
+
+def _reach(dims: Sequence[int], placed: Sequence[tuple[int, Sequence[int]]]) -> int:
+    """The largest element offset magnitude any (offset, strides) access reaches over ``dims``."""
+    n = math.prod(dims)
+    return max([n] + [abs(o) + sum(abs(s) * (d - 1) for s, d in zip(st, dims)) for o, st in placed])
 
 
 def _coords(dims: Sequence[int], idx: str) -> list[str]:
