@@ -14,7 +14,9 @@ cuBLAS GEMMs (:class:`~rlx_cuda.steps.Gemm`) are computed by a plain loop nest i
 double precision; host-driven steps are not supported.
 
 The arena starts filled with 0xFF bytes (NaN in every float format), so a kernel that
-reads memory nobody wrote gives NaN rather than a plausible number.
+reads memory nobody wrote gives NaN rather than a plausible number. The program is
+built with UBSan's alignment check: a vector load or store the GPU would fault on
+(e.g. a 16-byte access at an address that is not a multiple of 16) aborts the run.
 """
 from __future__ import annotations
 
@@ -437,8 +439,8 @@ def _compile(source: str) -> Path:
     if not exe.exists():
         src = _CACHE / f"{key}.cpp"
         src.write_text(source)
-        res = subprocess.run([GXX, "-std=c++20", "-O1", "-w", "-o", str(exe) + ".tmp", str(src)],
-                             capture_output=True, text=True)
+        res = subprocess.run([GXX, "-std=c++20", "-O1", "-w", "-fsanitize=alignment", "-fno-sanitize-recover=all",
+                              "-o", str(exe) + ".tmp", str(src)], capture_output=True, text=True)
         if res.returncode:
             raise RuntimeError(f"g++ failed on {src}:\n{res.stderr[-6000:]}")
         Path(str(exe) + ".tmp").rename(exe)
