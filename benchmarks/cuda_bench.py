@@ -10,7 +10,10 @@
    attention path and without view folding, to show what each contributes;
 3. decode step (batch 1, one token, d_model 1024, 4 layers, 128 cached keys, bf16):
    RLX (CUDA graph) vs torch with CUDA graphs and torch eager (same RLX variants);
-4. chain of four 8192^2 bf16 matmuls: RLX vs raw cublasGemmEx (CuPy's handle) and torch.
+4. one-row matmuls of the decode step: RLX vs torch (eager and graphed);
+5. chain of four 8192^2 bf16 matmuls: RLX vs raw cublasGemmEx (CuPy's handle) and torch.
+``rlx_ms`` includes copying the inputs into the arena; ``rlx_replay_ms`` is the replay
+alone (inputs already in place), which is what a torch CUDA-graph replay measures.
 Every RLX output is checked against torch first. Times: median wall time per call with
 device sync, after warm-up. Results go to ``DIR/cuda_bench.json`` and ``.md``.
 """
@@ -30,17 +33,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _timed(fn, sync, warmup=5, iters=30) -> float:
-    """Median milliseconds per call (each call followed by a device sync)."""
+def _timed(fn, sync, warmup=5, iters=30, burst=1) -> float:
+    """Median milliseconds per call, over laps of ``burst`` calls each followed by a
+    device sync (a burst > 1 hides the sync latency that dominates tiny kernels)."""
     for _ in range(warmup):
         fn()
     sync()
     laps = []
     for _ in range(iters):
         t0 = time.perf_counter()
-        fn()
+        for _ in range(burst):
+            fn()
         sync()
-        laps.append((time.perf_counter() - t0) * 1e3)
+        laps.append((time.perf_counter() - t0) * 1e3 / burst)
     return statistics.median(laps)
 
 
@@ -136,6 +141,31 @@ def bench_attention(torch, name, dims, causal) -> dict:
     flops = 4 * b * hq * sq * sk * d / (2 if causal and sq > 1 else 1)
     for key in [k_ for k_ in res if k_.endswith("_ms")]:
         res[key.replace("_ms", "_tflops")] = flops / (res[key] * 1e9)
+    return res
+
+
+GEMV_SHAPES = [(1, 1024, 3072), (1, 1024, 4096), (1, 4096, 1024)]  # the decode step's GEMMs (m, k, n)
+
+
+def bench_gemv(torch) -> dict:
+    """One-row matmuls as the decode step runs them: RLX (captured graph, inputs in
+    place) vs torch eager and graphed, in bursts of 50 calls."""
+    from rlx_core import Graph
+    rng = np.random.default_rng(3)
+    res = {}
+    sync = torch.cuda.synchronize
+    for m, k, n in GEMV_SHAPES:
+        x, w = (torch.from_numpy(rng.standard_normal(shape).astype(np.float32) / math.sqrt(k)).cuda().to(torch.bfloat16)
+                for shape in ((m, k), (k, n)))
+        g = Graph("gemv")
+        g.set_outputs([g.matmul(g.input("x", (m, k), "bf16"), g.param("w", (k, n), "bf16"))])
+        c, _ = _rlx(g, {"w": w}, {"x": x})
+        c.run({"x": x})
+        name = f"{m}x{k}x{n}"
+        res[f"{name}_rlx_replay_ms"] = _timed(lambda: c.executable.run_device([]), sync, burst=50)
+        res[f"{name}_torch_ms"] = _timed(lambda: x @ w, sync, burst=50)
+        res[f"{name}_torch_graph_ms"] = _timed(_torch_graphed(torch, lambda: x @ w, ()), sync, burst=50)
+        res[f"{name}_rlx_over_torch_graph"] = res[f"{name}_rlx_replay_ms"] / res[f"{name}_torch_graph_ms"]
     return res
 
 
@@ -244,6 +274,7 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
         err = float((got - ref).abs().max() / ref.abs().max())
         sync = torch.cuda.synchronize
         res = {"rlx_ms": _timed(run, sync), "rlx_full_run_ms": _timed(lambda: c.run(feeds), sync),
+               "rlx_replay_ms": _timed(lambda: c.executable.run_device([]), sync),  # no input copies, like torch's
                "torch_eager_ms": _timed(lambda: model(x), sync),
                "max_rel_err_vs_torch": err, "rlx_graph_captured": c.executable._graph is not None,
                "rlx_steps": len(c.executable.steps),
@@ -268,6 +299,7 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
     for k in ("torch_eager", "torch_cuda_graph", "torch_compile"):
         if f"{k}_ms" in res:
             res[f"rlx_over_{k}"] = res["rlx_ms"] / res[f"{k}_ms"]
+    res["rlx_replay_over_torch_cuda_graph"] = res["rlx_replay_ms"] / res["torch_cuda_graph_ms"]
     return res
 
 
@@ -293,6 +325,7 @@ def main(argv=None) -> int:
                                                                 16, 1, 0, not args.no_compile)),
                  ("decode_4_layers_bf16", lambda: bench_model(cp, torch, "decode", 1, 1, 1024, 16, 4, 128,
                                                               not args.no_compile)),
+                 ("gemv_bf16", lambda: bench_gemv(torch)),
                  ("matmul_chain_bf16", lambda: bench_matmul_chain(cp, torch, 2048 if args.quick else 8192))]
     for name, fn in sections:
         t0 = time.perf_counter()
