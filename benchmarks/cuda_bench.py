@@ -117,7 +117,7 @@ def bench_attention(torch, name, dims, causal) -> dict:
     q, k, v = (torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).cuda().to(torch.bfloat16)
                for shape in ((b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, d)))
     g = Graph(name)
-    gq, gk, gv = g.input("q", q.shape, "bf16"), g.input("k", k.shape, "bf16"), g.input("v", v.shape, "bf16")
+    gq, gk, gv = (g.input(n, tuple(t.shape), "bf16") for n, t in (("q", q), ("k", k), ("v", v)))
     g.set_outputs([g.attention(gq, gk, gv, "causal" if causal else "none")])
     (node,) = [n for n in g.nodes if n.kind == "attention"]
     F = torch.nn.functional
