@@ -134,7 +134,7 @@ def _fused_step(ctx: LowerContext, members: list[int]) -> Step:
 
 
 def _launch_elementwise(step: Step, kernel: FusedKernel | ConcatKernel, bufs: list[Buf]) -> None:
-    grid, block = elementwise_grid(kernel.size)
+    grid, block = elementwise_grid(kernel.threads)
     if grid:
         step.actions.append(Launch(kernel.source(), grid, block, tuple(bufs)))
 

@@ -113,8 +113,26 @@ def test_fused_kernel_rounds_every_low_float_op_and_reads_broadcasts():
                          [(3, broadcast_access("bf16", loop, loop))])
     src = kernel.source()[len(PREAMBLE):]
     assert src.count("rlx_round_bf16(") == 2
-    assert "in1[(int)c1 * 1]" in src  # the bias row is read with stride 0 along dim 0
-    assert "out0[" in src and "rlx_f2bf(v3)" in src
+    assert "(in1 + (int)c1 * 1)" in src  # the bias row is read with stride 0 along dim 0
+    assert "*(rlx_pack_unsigned_short_8*)(out0 + " in src and "rlx_f2bf(v3[e])" in src
+
+
+def test_fused_kernels_vectorize_contiguous_innermost_dims_only_when_aligned():
+    loop = (4, 8)
+
+    def width(*accesses):
+        kernel = FusedKernel(loop, list(accesses), [FusedOp("neg", (0,), "bf16")],
+                             [(len(accesses), broadcast_access("bf16", loop, loop))])
+        return kernel, kernel._loop()[2]
+    kernel, w = width(broadcast_access("bf16", loop, loop))
+    assert w == 8 and kernel.threads == 4 and "struct __align__(16) rlx_pack_unsigned_short_8" in kernel.source()
+    kernel, w = width(broadcast_access("f32", loop, loop))  # 8 floats would be 32 bytes
+    assert w == 4 and kernel.threads == 8
+    kernel, w = width(broadcast_access("bf16", (4, 1), loop))  # one value per row: a scalar read, vector write
+    assert w == 8 and "const float v0 = rlx_bf2f(in0[" in kernel.source()
+    assert width(Access("bf16", 0, (1, 4)))[1] == 1  # transposed: strided innermost
+    assert width(Access("bf16", 2, (8, 1)))[1] == 2  # a view starting at element 2
+    assert width(Access("bf16", 0, (6, 1)))[1] == 2  # rows 6 elements apart
 
 
 def test_broadcast_access_of_scalars_and_leading_dims():
