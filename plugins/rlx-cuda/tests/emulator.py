@@ -206,7 +206,8 @@ template <class T> static T __shfl_sync(unsigned, T v, int src, int = 32) { retu
 
 # Host versions of MMA_PRIMITIVES: every lane publishes its registers, then computes its
 # own outputs from the documented fragment layouts (PTX ISA, "Matrix fragments for
-# mma.m16n8k16" and "ldmatrix").
+# mma.m16n8k16" and "ldmatrix"). cvt.rn.{bf16,f16}x2.f32 d, a, b puts a in the upper
+# half (as cuda_bf16.hpp's __floats2bfloat162_rn relies on).
 HOST_MMA_PRIMITIVES = r"""
 struct rlx_emu_mma_regs { unsigned a[4]; unsigned b[2]; float c[4]; };
 template <class Lo> static void rlx_emu_mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], Lo load) {
@@ -241,6 +242,8 @@ RLX_D void rlx_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&
 RLX_D void rlx_mma_f16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
   rlx_emu_mma(d, a, b, [](unsigned short v) { return rlx_h2f(v); });
 }
+RLX_D unsigned rlx_pack_bf16(float lo, float hi) { return rlx_f2bf(lo) | ((unsigned)rlx_f2bf(hi) << 16); }
+RLX_D unsigned rlx_pack_f16(float lo, float hi) { return rlx_f2h(lo) | ((unsigned)rlx_f2h(hi) << 16); }
 RLX_D void rlx_ldmatrix_x4_trans(unsigned (&r)[4], const unsigned short* row) {
   if ((uintptr_t)row % 16) emu::fail("ldmatrix row address not 16-byte aligned");
   const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;

@@ -10,7 +10,7 @@ has ``l = 0`` and outputs zeros, as the IR defines.
   m16n8k16 with f32 accumulators. A block of 4 warps owns 64 query rows (16 per warp);
   ``S = Q K^T`` stays in registers, is scaled / soft-capped / masked there, and its
   exponentials become, rounded to the input dtype, the A operand of ``O += P V``
-  (the accumulator layout of m16n8k16 is its A layout). K and V tiles go through
+  (the accumulator layout of m16n8k16 is its A layout); ``l`` sums them unrounded. K and V tiles go through
   shared memory; V is read transposed by ``ldmatrix .trans``.
 * :class:`DecodeAttentionKernel` (every float dtype): plain FMA for few query rows
   per KV head (decoding: one new token, or a GQA group of them). Scores and
@@ -68,6 +68,17 @@ RLX_D void rlx_mma_f16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b
                "{%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* Two floats rounded (to nearest even) to 16-bit floats, packed: lo in the low half. */
+RLX_D unsigned rlx_pack_bf16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+RLX_D unsigned rlx_pack_f16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
 }
 /* Four 8x8 matrices of 16-bit values; lane 8m + i gives the address of row i of matrix m
    (16-byte aligned); lane 4r + w receives elements (2w, r), (2w + 1, r) of each matrix. */
@@ -367,12 +378,12 @@ _FLASH = Template(r"""
       #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const float* sn = s[2 * kk + half];
-        const unsigned short p0 = $TO_BITS(__expf(sn[0] - base[0])), p1 = $TO_BITS(__expf(sn[1] - base[0]));
-        const unsigned short p2 = $TO_BITS(__expf(sn[2] - base[1])), p3 = $TO_BITS(__expf(sn[3] - base[1]));
-        l[0] += $FROM_BITS(p0) + $FROM_BITS(p1);
-        l[1] += $FROM_BITS(p2) + $FROM_BITS(p3);
-        pa[2 * half] = (unsigned)p0 | ((unsigned)p1 << 16);
-        pa[2 * half + 1] = (unsigned)p2 | ((unsigned)p3 << 16);
+        const float p0 = __expf(sn[0] - base[0]), p1 = __expf(sn[1] - base[0]);
+        const float p2 = __expf(sn[2] - base[1]), p3 = __expf(sn[3] - base[1]);
+        l[0] += p0 + p1;
+        l[1] += p2 + p3;
+        pa[2 * half] = $PACK(p0, p1);
+        pa[2 * half + 1] = $PACK(p2, p3);
       }
       const unsigned short* vrow = vs + (kk * 16 + (lane & 15)) * LDV + (lane >> 4) * 8;
       #pragma unroll
@@ -432,11 +443,10 @@ class FlashAttentionKernel:
     def source(self) -> str:
         p = self.problem
         dp, dvp = _ceil(p.d, 16), _ceil(p.dv, 16)
-        to_bits, from_bits = ("rlx_f2bf", "rlx_bf2f") if p.dtype is DType.BF16 else ("rlx_f2h", "rlx_h2f")
         item = p.dtype.itemsize
         ld_k, ld_v = dp + 8, dvp + 8
         body = _FLASH.substitute(
-            BN=self.keys, DP=dp, DVP=dvp, DV=p.dv, TO_BITS=to_bits, FROM_BITS=from_bits,
+            BN=self.keys, DP=dp, DVP=dvp, DV=p.dv, PACK="rlx_pack_bf16" if p.dtype is DType.BF16 else "rlx_pack_f16",
             MMA="rlx_mma_bf16" if p.dtype is DType.BF16 else "rlx_mma_f16",
             COORDS=_block_coordinates(p, FLASH_ROWS, self.splits, reverse=True),
             ROW=_query_row(p, "r", "q"),
