@@ -280,7 +280,8 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
                "rlx_steps": len(c.executable.steps),
                "rlx_launches": sum(len(step.actions) for step in c.executable.steps),
                "rlx_attention_kernels": sorted({attention_kernel(LowerContext(g), n)
-                                                for n in g.nodes if n.kind == "attention"})}
+                                                for n in g.nodes if n.kind == "attention"}),
+               "rlx_attention_fallback": c.executable.attention_fallback}
         variants = (("cublas_attention", {"attention": "cublas"}), ("no_view_folding", {"fold_views": False}))
         for variant, backend in variants:
             try:  # what the fused attention and the view folding each contribute

@@ -3,8 +3,10 @@
 Compile time: lower the graph, plan the arena, allocate it once, upload constants,
 allocate params (uploaded once by ``set_param``), compile every kernel and bind every
 action to fixed device addresses. A run then copies inputs into the arena, replays
-the bound actions (or one captured CUDA graph of them) and reads the outputs. Runs
-use CuPy's current stream, so device outputs are ordered with the caller's CuPy work.
+the bound actions (or one captured CUDA graph of them) and reads the outputs. When a
+fused attention kernel fails to build under ``attention="auto"``, the graph is lowered
+again with the cuBLAS attention path (``attention_fallback`` says why). Runs use
+CuPy's current stream, so device outputs are ordered with the caller's CuPy work.
 
 Backend options (``CompileOptions.backend``): ``device`` (index, default 0),
 ``outputs`` ("numpy" | "cupy" | "torch"), ``graph_capture`` (default True), ``fuse``
@@ -100,17 +102,21 @@ class CudaExecutable(ExecutableGraph):
         self.rt = runtime or Runtime.get(int(self.backend.get("device", 0)))
         self.cp = self.rt.cp
         self.output_mode = self.backend.get("outputs", "numpy")
-        ctx = lower_context(graph, options, self.backend, self.rt.props)
-        self.steps = lower_graph(ctx)
-        self.plan = plan_memory(graph, self.steps, ctx.views.aliases)
         self._lock = threading.Lock()
         self._subexec: dict[int, CudaExecutable] = {}
         self._scalars: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
-        with self.rt.device:
-            self.arena = self.rt.alloc(self.plan.size)
-            self.arrays = self._bind_arrays()
-            self._bound = [(step.label, step.capturable, [self._bind(i, a) for a in step.actions])
-                           for i, step in enumerate(self.steps)]
+        self.attention_fallback: str | None = None
+        ctx = lower_context(graph, options, self.backend, self.rt.props)
+        try:
+            self._build(ctx)
+        except Exception as e:  # a fused attention kernel that does not build must not cost the graph
+            if ctx.attention != "auto" or not _fused_attention(getattr(self, "steps", ())):
+                raise
+            self.attention_fallback = f"{type(e).__name__}: {e}"
+            log.warning("cuda: fused attention kernels of '%s' failed to build, using the cuBLAS path: %s",
+                        graph.name, self.attention_fallback)
+            ctx.attention = "cublas"
+            self._build(ctx)
         self._inputs = {n.attrs["name"]: self.arrays[Ref(n.id)] for n in graph.input_nodes}
         self._params = {n.attrs["name"]: self.arrays[Ref(n.id)] for n in graph.param_nodes}
         self._outputs = [self.arrays[r] for r in graph.outputs]
@@ -121,6 +127,16 @@ class CudaExecutable(ExecutableGraph):
         self._runs = 0
         self.capture_error: str | None = None
         self._tracer = Tracer(graph.name, "cuda") if options.tracing else None
+
+    def _build(self, ctx: LowerContext) -> None:
+        """Lower, plan the arena, allocate and bind everything (kernels compile here)."""
+        self.steps = lower_graph(ctx)
+        self.plan = plan_memory(self.graph, self.steps, ctx.views.aliases)
+        with self.rt.device:
+            self.arena = self.rt.alloc(self.plan.size)
+            self.arrays = self._bind_arrays()
+            self._bound = [(step.label, step.capturable, [self._bind(i, a) for a in step.actions])
+                           for i, step in enumerate(self.steps)]
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -293,6 +309,12 @@ class CudaExecutable(ExecutableGraph):
             exe = CudaExecutable(graph, CompileOptions(rng=self.rng, backend=backend), self.rt)
             self._subexec[id(graph)] = exe
         return exe
+
+
+def _fused_attention(steps) -> bool:
+    """Whether some attention step runs a fused kernel (no cuBLAS GEMM in it)."""
+    return any("attention" in step.label and step.actions and not any(isinstance(a, Gemm) for a in step.actions)
+               for step in steps)
 
 
 def _single_node_graph(node) -> Graph:

@@ -288,3 +288,56 @@ def test_backend_options_reach_lowering_and_bad_ones_are_rejected(monkeypatch):
     monkeypatch.setenv("RLX_CUDA_BACKEND", "attention=cublas")
     with pytest.raises(RlxError, match="RLX_CUDA_BACKEND must be a JSON object"):
         backend_options({})
+
+
+class _FakeRuntime:
+    """Enough of ``runtime.Runtime`` to build a CudaExecutable without a GPU: memory is
+    numpy, and NVRTC is a function that may refuse a source."""
+
+    class _Array(np.ndarray):
+        @property
+        def data(self):
+            import types
+            return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+
+    def __init__(self, refuse):
+        import contextlib
+        import types
+        self.refuse = refuse
+        self.props = {"multiProcessorCount": 132, "major": 9, "minor": 0}
+        self.device = contextlib.nullcontext()
+        self.cp = types.SimpleNamespace(zeros=lambda dims, dt: np.zeros(dims, dt).view(self._Array),
+                                        asarray=lambda a: np.asarray(a).view(self._Array))
+        self.compiled = []
+
+    def alloc(self, nbytes):
+        import types
+        self._arena = np.zeros(max(nbytes, 1), np.uint8)
+        return types.SimpleNamespace(ptr=self._arena.ctypes.data)
+
+    def view(self, ptr, offset, dims, dtype):
+        return np.zeros(dims, dtype).view(self._Array)
+
+    def kernel(self, source):
+        if self.refuse(source):
+            raise RuntimeError("NVRTC_ERROR_COMPILATION: refused by the test")
+        self.compiled.append(source)
+        return lambda *args: None
+
+
+def test_a_fused_attention_kernel_that_fails_to_build_falls_back_to_cublas_under_auto():
+    from rlx_core import CompileOptions
+    from rlx_cuda.executable import CudaExecutable
+    from rlx_cuda.steps import Gemm
+    g = _block(s=32)  # 32 query rows per head: the flash kernel
+    rt = _FakeRuntime(refuse=lambda src: "mma.sync" in src)
+    exe = CudaExecutable(g, CompileOptions(), rt)
+    assert "NVRTC_ERROR_COMPILATION" in exe.attention_fallback
+    (attn,) = [s for s in exe.steps if "attention" in s.label]
+    assert any(isinstance(a, Gemm) for a in attn.actions)
+    with pytest.raises(RuntimeError, match="refused"):  # a forced kernel reports its failure
+        CudaExecutable(g, CompileOptions(backend={"attention": "flash"}), _FakeRuntime(lambda src: "mma.sync" in src))
+    with pytest.raises(RuntimeError, match="refused"):  # and other kernels' failures are not masked
+        CudaExecutable(g, CompileOptions(), _FakeRuntime(lambda src: "rlx_add(" in src))  # the bias add
+    fine = CudaExecutable(g, CompileOptions(), _FakeRuntime(lambda src: False))
+    assert fine.attention_fallback is None
