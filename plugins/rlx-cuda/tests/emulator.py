@@ -10,8 +10,8 @@ one per block since blocks run in turn. The warp-collective primitives of
 ``rlx_cuda.kernels.attention`` (``mma.sync`` m16n8k16, ``ldmatrix .x4.trans``) are
 replaced by host versions that exchange the lanes' registers and compute exactly the
 fragment layouts the PTX ISA documents, checking ``ldmatrix``'s 16-byte row alignment.
-cuBLAS GEMMs (:class:`~rlx_cuda.steps.Gemm`) are computed by a plain loop nest in
-double precision; host-driven steps are not supported.
+cuBLAS GEMMs (:class:`~rlx_cuda.steps.Gemm`) of real types are computed by a plain
+loop nest in double precision; complex GEMMs and host-driven steps are not supported.
 
 The arena starts filled with 0xFF bytes (NaN in every float format), so a kernel that
 reads memory nobody wrote gives NaN rather than a plausible number. The program is
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from rlx_core.ir import Graph, Ref
 from rlx_core.reference import evaluate
+from rlx_core.rng import RngOptions, combine_seed
 
 from rlx_cuda.dtypes import storage_np
 from rlx_cuda.kernels.attention import MMA_PRIMITIVES
@@ -375,8 +376,7 @@ class Emulated:
                          "#undef RLX_ACC\n")
         return "".join(parts), calls
 
-    def run(self, inputs: dict, params: dict | None = None, seed: int = 0) -> list[np.ndarray]:
-        from rlx_core.rng import combine_seed
+    def run(self, inputs: dict, params: dict | None = None, seed: int = RngOptions().seed) -> list[np.ndarray]:
         g = self.graph
         params = params or {}
         seeds = {n.id: combine_seed(n.attrs["seed"] if n.attrs.get("seed") is not None else seed, n.attrs["key"])

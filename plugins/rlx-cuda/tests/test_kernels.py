@@ -138,3 +138,33 @@ def test_fused_kernels_vectorize_contiguous_innermost_dims_only_when_aligned():
 def test_broadcast_access_of_scalars_and_leading_dims():
     assert broadcast_access("f32", (), (3, 4)) == Access("f32", 0, (0, 0))
     assert broadcast_access("f32", (3, 1), (2, 3, 4)).strides == (0, 1, 0)
+
+
+_EMULATED_KINDS = ("add", "cast", "where", "quantize", "gelu", "transpose", "slice", "split", "expand", "frame",
+                   "concat", "reshape", "pad", "layer_norm", "rms_norm", "softmax", "reduce_sum", "argmax", "conv")
+
+
+def _emulated_cases():
+    from rlx_core.ir import DType
+    picked = {}
+    for case in all_cases():  # per kind: its first bf16 case and its first other one
+        if case.kind in _EMULATED_KINDS:
+            picked.setdefault((case.kind, case.dtype is DType.BF16), case)
+    return list(picked.values())
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@pytest.mark.parametrize("case", _emulated_cases(), ids=lambda c: c.id)
+def test_generated_kernels_match_the_reference_under_emulation(case):
+    """The kernels of a sample of conformance cases (vectorized elementwise, view copies,
+    concat, rows, conv) run in the host emulator on the planned arena, both data sets."""
+    from emulator import Emulated
+    from rlx_core.reference import evaluate
+    from rlx_core.testing.cases import make_data
+    from rlx_core.testing.compare import assert_close
+    g = build_case(case)
+    emulated = Emulated(g)
+    for variant in (0, 1):
+        inputs, params = make_data(case, variant)
+        for i, (got, want) in enumerate(zip(emulated.run(inputs, params), evaluate(g, inputs, params))):
+            assert_close(got, want, g.output_shapes[i].dtype, case.tol, what=f"{case.id} output {i}")
