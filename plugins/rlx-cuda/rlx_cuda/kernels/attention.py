@@ -44,7 +44,8 @@ __all__ = ["AttentionProblem", "FlashAttentionKernel", "DecodeAttentionKernel", 
            "ATTENTION_BLOCK", "FLASH_MAX_HEAD_DIM", "decode_tile_keys", "flash_supports", "choose_splits"]
 
 ATTENTION_BLOCK = 128             # threads per block of both kernels
-FLASH_ROWS = 64                   # query rows per flash block (16 per warp)
+FLASH_TILE = 64                   # query rows per flash block (16 per warp) = keys per K/V tile
+                                  # (the K tile's buffer also stages the block's Q tile)
 FLASH_MAX_HEAD_DIM = 128          # D and Dv up to this (registers hold a row's Q and O)
 DECODE_MAX_BLOCK_ROWS = 16        # query rows per decode block
 DECODE_SMEM_BYTES = 46 * 1024     # static shared memory of a decode block, at most
@@ -424,13 +425,11 @@ class FlashAttentionKernel:
     problem: AttentionProblem
     splits: int = 1
 
-    @property
-    def keys(self) -> int:
-        return 64
+    keys = FLASH_TILE
 
     @property
     def row_tiles(self) -> int:
-        return -(-self.problem.rows // FLASH_ROWS)
+        return -(-self.problem.rows // FLASH_TILE)
 
     @property
     def grid(self) -> int:
@@ -448,9 +447,9 @@ class FlashAttentionKernel:
         body = _FLASH.substitute(
             BN=self.keys, DP=dp, DVP=dvp, DV=p.dv, PACK="rlx_pack_bf16" if p.dtype is DType.BF16 else "rlx_pack_f16",
             MMA="rlx_mma_bf16" if p.dtype is DType.BF16 else "rlx_mma_f16",
-            COORDS=_block_coordinates(p, FLASH_ROWS, self.splits, reverse=True),
+            COORDS=_block_coordinates(p, FLASH_TILE, self.splits, reverse=True),
             ROW=_query_row(p, "r", "q"),
-            LOAD_Q=_load_rows("ks", ld_k, str(FLASH_ROWS), p.d, dp, "q", p.q, p.dtype, _query_row_setup(p), None,
+            LOAD_Q=_load_rows("ks", ld_k, "BN", p.d, dp, "q", p.q, p.dtype, _query_row_setup(p), None,
                               _vectorizable(p.q, p.d, item)),
             LOAD_K=_load_rows("ks", ld_k, "BN", p.d, dp, "k", p.k, p.dtype, _key_row_setup(p, p.k), None,
                               _vectorizable(p.k, p.d, item)),
