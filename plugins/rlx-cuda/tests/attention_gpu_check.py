@@ -141,6 +141,11 @@ def _cases():
 
 def run(out=print) -> list[str]:
     """Print the table; return the failing rows."""
+    from rlx_cuda.probe import probe
+    available = probe()
+    if not available.ok:
+        out(f"attention gpu check: no CUDA device ({available.reason})")
+        return [available.reason]
     failures = []
     out(f"{'configuration':32} {'mode':16} {'kernels':22} {'ms':>7}  result")
     for name, g, feeds, dtype in _cases():
