@@ -2,11 +2,18 @@
 
     python benchmarks/cuda_bench.py [--quick] [--out DIR]
 
-1. chain of four 8192^2 bf16 matmuls: RLX vs raw cublasGemmEx (CuPy's handle) and torch;
+1. attention alone, bf16: the block's (8 x 16 heads, 512 causal, D 64), the decode
+   step's (16 heads, 1 query, 129 keys) and a long GQA cache (32/8 heads, 4096 keys,
+   D 128): each RLX attention kernel (flash / decode / cuBLAS path) vs torch SDPA;
 2. transformer block (batch 8, seq 512, d_model 1024, 16 heads, bf16): RLX (CUDA graph)
-   vs torch eager (SDPA), torch.compile and torch CUDA graphs;
+   vs torch eager (SDPA), torch.compile and torch CUDA graphs; RLX also with the cuBLAS
+   attention path and without view folding, to show what each contributes;
 3. decode step (batch 1, one token, d_model 1024, 4 layers, 128 cached keys, bf16):
-   RLX (CUDA graph) vs torch with CUDA graphs and torch eager.
+   RLX (CUDA graph) vs torch with CUDA graphs and torch eager (same RLX variants);
+4. one-row matmuls of the decode step: RLX vs torch (eager and graphed);
+5. chain of four 8192^2 bf16 matmuls: RLX vs raw cublasGemmEx (CuPy's handle) and torch.
+``rlx_ms`` includes copying the inputs into the arena; ``rlx_replay_ms`` is the replay
+alone (inputs already in place), which is what a torch CUDA-graph replay measures.
 Every RLX output is checked against torch first. Times: median wall time per call with
 device sync, after warm-up. Results go to ``DIR/cuda_bench.json`` and ``.md``.
 """
@@ -26,26 +33,28 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _timed(fn, sync, warmup=5, iters=30) -> float:
-    """Median milliseconds per call (each call followed by a device sync)."""
+def _timed(fn, sync, warmup=5, iters=30, burst=1) -> float:
+    """Median milliseconds per call, over laps of ``burst`` calls each followed by a
+    device sync (a burst > 1 hides the sync latency that dominates tiny kernels)."""
     for _ in range(warmup):
         fn()
     sync()
     laps = []
     for _ in range(iters):
         t0 = time.perf_counter()
-        fn()
+        for _ in range(burst):
+            fn()
         sync()
-        laps.append((time.perf_counter() - t0) * 1e3)
+        laps.append((time.perf_counter() - t0) * 1e3 / burst)
     return statistics.median(laps)
 
 
-def _rlx(graph, params, device_inputs):
+def _rlx(graph, params, device_inputs, **backend):
     """The compiled graph, plus the timed call: the executable's run on device arrays
     (inputs copied into the arena, the captured CUDA graph replayed, outputs left in
     the arena -- what a torch CUDA-graph replay does too)."""
     from rlx_core import CompileOptions, Session
-    c = Session("cuda", options=CompileOptions(backend={"outputs": "torch"})).compile(graph)
+    c = Session("cuda", options=CompileOptions(backend={"outputs": "torch", **backend})).compile(graph)
     for k, v in params.items():
         c.set_param(k, v)
     args = [device_inputs[name] for name in c.input_names]
@@ -83,11 +92,80 @@ def bench_matmul_chain(cp, torch, n: int) -> dict:
         return t[0] @ t[1] @ t[2] @ t[3] @ t[4]
     sync = cp.cuda.Device().synchronize
     flops = 4 * 2 * n ** 3
-    res = {"rlx_ms": _timed(run, sync), "rlx_full_run_ms": _timed(lambda: c.run({"x": t[0]}), sync), "cublas_ms": _timed(raw_cublas, sync), "torch_ms": _timed(torch_chain, sync),
+    res = {"rlx_ms": _timed(run, sync), "rlx_full_run_ms": _timed(lambda: c.run({"x": t[0]}), sync),
+           "cublas_ms": _timed(raw_cublas, sync), "torch_ms": _timed(torch_chain, sync),
            "max_rel_err_vs_torch": err}
     for k in ("rlx", "cublas", "torch"):
         res[f"{k}_tflops"] = flops / (res[f"{k}_ms"] * 1e9)
     res["rlx_vs_cublas"] = res["rlx_tflops"] / res["cublas_tflops"]
+    return res
+
+
+ATTENTION_SHAPES = [  # name, (b, hq, hkv, sq, sk, d), causal
+    ("block_b8_h16_s512_d64_causal", (8, 16, 16, 512, 512, 64), True),
+    ("decode_h16_k129_d64", (1, 16, 16, 1, 129, 64), False),
+    ("decode_gqa32x8_k4096_d128", (1, 32, 8, 1, 4096, 128), True),
+]
+
+
+def bench_attention(torch, name, dims, causal) -> dict:
+    """One attention node: each RLX kernel that applies vs torch SDPA (eager and graphed)."""
+    from rlx_core import Graph
+    from rlx_cuda.lower import LowerContext, attention_kernel
+    b, hq, hkv, sq, sk, d = dims
+    rng = np.random.default_rng(2)
+    q, k, v = (torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).cuda().to(torch.bfloat16)
+               for shape in ((b, hq, sq, d), (b, hkv, sk, d), (b, hkv, sk, d)))
+    g = Graph(name)
+    gq, gk, gv = (g.input(n, tuple(t.shape), "bf16") for n, t in (("q", q), ("k", k), ("v", v)))
+    g.set_outputs([g.attention(gq, gk, gv, "causal" if causal else "none")])
+    (node,) = [n for n in g.nodes if n.kind == "attention"]
+    F = torch.nn.functional
+    kr, vr = k.repeat_interleave(hq // hkv, 1), v.repeat_interleave(hq // hkv, 1)
+
+    def sdpa():  # queries aligned to the end of the keys, as RLX defines causal
+        if causal and sq > 1:
+            return F.scaled_dot_product_attention(q, kr, vr, is_causal=True)
+        return F.scaled_dot_product_attention(q, kr, vr)
+    sync = torch.cuda.synchronize
+    ref = sdpa().float()
+    res = {"torch_sdpa_ms": _timed(sdpa, sync), "torch_sdpa_graph_ms": _timed(_torch_graphed(torch, sdpa, ()), sync)}
+    for mode in ("flash", "decode", "cublas"):
+        if attention_kernel(LowerContext(g, attention=mode), node) != mode:
+            continue
+        c, run = _rlx(g, {}, {"q": q, "k": k, "v": v}, attention=mode)
+        got = c.run({"q": q, "k": k, "v": v})[0].float()
+        res[f"rlx_{mode}_max_abs_err_vs_torch"] = float((got - ref).abs().max())
+        res[f"rlx_{mode}_ms"] = _timed(run, sync)
+        res[f"rlx_{mode}_over_torch_sdpa"] = res[f"rlx_{mode}_ms"] / res["torch_sdpa_ms"]
+    flops = 4 * b * hq * sq * sk * d / (2 if causal and sq > 1 else 1)
+    for key in [k_ for k_ in res if k_.endswith("_ms")]:
+        res[key.replace("_ms", "_tflops")] = flops / (res[key] * 1e9)
+    return res
+
+
+GEMV_SHAPES = [(1, 1024, 3072), (1, 1024, 4096), (1, 4096, 1024)]  # the decode step's GEMMs (m, k, n)
+
+
+def bench_gemv(torch) -> dict:
+    """One-row matmuls as the decode step runs them: RLX (captured graph, inputs in
+    place) vs torch eager and graphed, in bursts of 50 calls."""
+    from rlx_core import Graph
+    rng = np.random.default_rng(3)
+    res = {}
+    sync = torch.cuda.synchronize
+    for m, k, n in GEMV_SHAPES:
+        x, w = (torch.from_numpy(rng.standard_normal(shape).astype(np.float32) / math.sqrt(k)).cuda().to(torch.bfloat16)
+                for shape in ((m, k), (k, n)))
+        g = Graph("gemv")
+        g.set_outputs([g.matmul(g.input("x", (m, k), "bf16"), g.param("w", (k, n), "bf16"))])
+        c, _ = _rlx(g, {"w": w}, {"x": x})
+        c.run({"x": x})
+        name = f"{m}x{k}x{n}"
+        res[f"{name}_rlx_replay_ms"] = _timed(lambda: c.executable.run_device([]), sync, burst=50)
+        res[f"{name}_torch_ms"] = _timed(lambda: x @ w, sync, burst=50)
+        res[f"{name}_torch_graph_ms"] = _timed(_torch_graphed(torch, lambda: x @ w, ()), sync, burst=50)
+        res[f"{name}_rlx_over_torch_graph"] = res[f"{name}_rlx_replay_ms"] / res[f"{name}_torch_graph_ms"]
     return res
 
 
@@ -187,6 +265,7 @@ def profile_model(torch, name, *shape_args) -> None:
 
 
 def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -> dict:
+    from rlx_cuda.lower import LowerContext, attention_kernel
     g, params, feeds, model, x = build_model(torch, name, b, s, d, heads, layers, cache)
     c, run = _rlx(g, params, feeds)
     with torch.no_grad():
@@ -195,9 +274,22 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
         err = float((got - ref).abs().max() / ref.abs().max())
         sync = torch.cuda.synchronize
         res = {"rlx_ms": _timed(run, sync), "rlx_full_run_ms": _timed(lambda: c.run(feeds), sync),
+               "rlx_replay_ms": _timed(lambda: c.executable.run_device([]), sync),  # no input copies, like torch's
                "torch_eager_ms": _timed(lambda: model(x), sync),
                "max_rel_err_vs_torch": err, "rlx_graph_captured": c.executable._graph is not None,
-               "rlx_steps": len(c.executable.steps)}
+               "rlx_steps": len(c.executable.steps),
+               "rlx_launches": sum(len(step.actions) for step in c.executable.steps),
+               "rlx_attention_kernels": sorted({attention_kernel(LowerContext(g), n)
+                                                for n in g.nodes if n.kind == "attention"}),
+               "rlx_attention_fallback": c.executable.attention_fallback}
+        variants = (("cublas_attention", {"attention": "cublas"}), ("no_view_folding", {"fold_views": False}))
+        for variant, backend in variants:
+            try:  # what the fused attention and the view folding each contribute
+                cv, run_v = _rlx(g, params, feeds, **backend)
+                res[f"rlx_{variant}_ms"] = _timed(run_v, sync)
+                res[f"rlx_{variant}_steps"] = len(cv.executable.steps)
+            except Exception as e:
+                res[f"rlx_{variant}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         res["torch_cuda_graph_ms"] = _timed(_torch_graphed(torch, model, (x,)), sync)
         if compile_torch:
             try:
@@ -208,6 +300,7 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
     for k in ("torch_eager", "torch_cuda_graph", "torch_compile"):
         if f"{k}_ms" in res:
             res[f"rlx_over_{k}"] = res["rlx_ms"] / res[f"{k}_ms"]
+    res["rlx_replay_over_torch_cuda_graph"] = res["rlx_replay_ms"] / res["torch_cuda_graph_ms"]
     return res
 
 
@@ -227,11 +320,14 @@ def main(argv=None) -> int:
         return 0
     results = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "cupy": cp.__version__,
                "torch": torch.__version__}
-    sections = [("matmul_chain_bf16", lambda: bench_matmul_chain(cp, torch, 2048 if args.quick else 8192)),
-                ("transformer_block_bf16", lambda: bench_model(cp, torch, "block", 2 if args.quick else 8, 512, 1024,
-                                                               16, 1, 0, not args.no_compile)),
-                ("decode_4_layers_bf16", lambda: bench_model(cp, torch, "decode", 1, 1, 1024, 16, 4, 128,
-                                                             not args.no_compile))]
+    sections = [(f"attention_{name}", lambda n=name, dims=dims, causal=causal: bench_attention(torch, n, dims, causal))
+                for name, dims, causal in ATTENTION_SHAPES]
+    sections += [("transformer_block_bf16", lambda: bench_model(cp, torch, "block", 2 if args.quick else 8, 512, 1024,
+                                                                16, 1, 0, not args.no_compile)),
+                 ("decode_4_layers_bf16", lambda: bench_model(cp, torch, "decode", 1, 1, 1024, 16, 4, 128,
+                                                              not args.no_compile)),
+                 ("gemv_bf16", lambda: bench_gemv(torch)),
+                 ("matmul_chain_bf16", lambda: bench_matmul_chain(cp, torch, 2048 if args.quick else 8192))]
     for name, fn in sections:
         t0 = time.perf_counter()
         try:

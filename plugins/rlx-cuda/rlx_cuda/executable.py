@@ -3,17 +3,27 @@
 Compile time: lower the graph, plan the arena, allocate it once, upload constants,
 allocate params (uploaded once by ``set_param``), compile every kernel and bind every
 action to fixed device addresses. A run then copies inputs into the arena, replays
-the bound actions (or one captured CUDA graph of them) and reads the outputs. Runs
-use CuPy's current stream, so device outputs are ordered with the caller's CuPy work.
+the bound actions (or one captured CUDA graph of them) and reads the outputs. When a
+fused attention kernel fails to build under ``attention="auto"``, the graph is lowered
+again with the cuBLAS attention path (``attention_fallback`` says why). Runs use
+CuPy's current stream, so device outputs are ordered with the caller's CuPy work.
 
 Backend options (``CompileOptions.backend``): ``device`` (index, default 0),
 ``outputs`` ("numpy" | "cupy" | "torch"), ``graph_capture`` (default True), ``fuse``
-(default True), ``attention_scores_bytes`` (scores memory per attention launch).
+(default True), ``fold_views`` (default True: movement ops read in place, see
+``rlx_cuda.views``), ``attention`` ("auto" | "flash" | "decode" | "cublas": force one
+attention kernel where it applies, see ``lower.attention_kernel``),
+``attention_splits`` (force this many key splits per attention block),
+``attention_scores_bytes`` (scores memory per launch of the cuBLAS attention path).
+The environment variable ``RLX_CUDA_BACKEND`` (a JSON object) supplies defaults for
+these options, e.g. ``'{"attention": "cublas"}'`` to route a whole test suite or
+benchmark around a suspect kernel; options given in ``CompileOptions`` win.
 """
 from __future__ import annotations
 
+import json
 import logging
-import math
+import os
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -25,7 +35,7 @@ from rlx_core.rng import RngOptions, combine_seed
 from rlx_core.runtime import CompileOptions, ExecutableGraph, PrecisionPolicy, Tracer
 
 from .dtypes import storage_np
-from .lower import LowerContext, RngSeed, lower_graph
+from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
 from .plan import plan_memory
 from .runtime import Runtime
 from .steps import Buf, Copy, Gemm, Host, Launch, Memset
@@ -34,7 +44,22 @@ __all__ = ["CudaExecutable", "OUTPUT_MODES"]
 
 log = logging.getLogger("rlx.cuda")
 OUTPUT_MODES = ("numpy", "cupy", "torch")
-_KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "attention_scores_bytes"}
+_KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "fold_views", "attention", "attention_splits",
+                  "attention_scores_bytes"}
+
+
+def backend_options(given: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` over the defaults of ``RLX_CUDA_BACKEND``, validated."""
+    text = os.environ.get("RLX_CUDA_BACKEND", "").strip()
+    try:
+        defaults = json.loads(text) if text else {}
+    except json.JSONDecodeError as e:
+        raise RlxError(f"RLX_CUDA_BACKEND must be a JSON object of cuda backend options, got {text!r}: {e}") from None
+    if not isinstance(defaults, dict):
+        raise RlxError(f"RLX_CUDA_BACKEND must be a JSON object of cuda backend options, got {text!r}")
+    options = {**defaults, **given}
+    check_backend_options(options)
+    return options
 
 
 def check_backend_options(options: Mapping[str, Any]) -> None:
@@ -44,41 +69,74 @@ def check_backend_options(options: Mapping[str, Any]) -> None:
     if options.get("outputs", "numpy") not in OUTPUT_MODES:
         raise RlxError(f"cuda backend option outputs must be one of {', '.join(OUTPUT_MODES)}, "
                        f"got {options['outputs']!r}")
+    if options.get("attention", "auto") not in ATTENTION_KERNELS:
+        raise RlxError(f"cuda backend option attention must be one of {', '.join(ATTENTION_KERNELS)}, "
+                       f"got {options['attention']!r}")
+    splits = options.get("attention_splits")
+    if splits is not None and not (isinstance(splits, int) and not isinstance(splits, bool) and splits >= 1):
+        raise RlxError(f"cuda backend option attention_splits must be an int >= 1, got {splits!r}")
+
+
+def lower_context(graph: Graph, options: CompileOptions, backend: Mapping[str, Any],
+                  props: Mapping[str, Any]) -> LowerContext:
+    """The lowering choices ``options`` and ``backend`` options make for ``graph`` on a
+    device of properties ``props`` (CuPy's ``getDeviceProperties``: SM count and
+    compute capability)."""
+    ctx = LowerContext(graph, tf32=options.precision not in (PrecisionPolicy.DECLARED, PrecisionPolicy.F32),
+                       fuse=bool(backend.get("fuse", True)), rng_mode=options.rng.mode,
+                       attention=backend.get("attention", "auto"), attention_splits=backend.get("attention_splits"),
+                       fold_views=bool(backend.get("fold_views", True)),
+                       sm_count=int(props.get("multiProcessorCount", 132)),
+                       arch=10 * int(props.get("major", 9)) + int(props.get("minor", 0)))
+    if "attention_scores_bytes" in backend:
+        ctx.attention_scores_bytes = int(backend["attention_scores_bytes"])
+    return ctx
 
 
 class CudaExecutable(ExecutableGraph):
     def __init__(self, graph: Graph, options: CompileOptions, runtime: Runtime | None = None):
-        check_backend_options(options.backend)
+        self.backend = backend_options(options.backend)
         self.graph = graph
         self.options = options
         self.rng = options.rng
-        self.rt = runtime or Runtime.get(int(options.backend.get("device", 0)))
+        self.rt = runtime or Runtime.get(int(self.backend.get("device", 0)))
         self.cp = self.rt.cp
-        self.output_mode = options.backend.get("outputs", "numpy")
-        ctx = LowerContext(graph, tf32=options.precision not in (PrecisionPolicy.DECLARED, PrecisionPolicy.F32),
-                           fuse=bool(options.backend.get("fuse", True)), rng_mode=self.rng.mode,
-                           **({"attention_scores_bytes": int(options.backend["attention_scores_bytes"])}
-                              if "attention_scores_bytes" in options.backend else {}))
-        self.steps = lower_graph(ctx)
-        self.plan = plan_memory(graph, self.steps)
+        self.output_mode = self.backend.get("outputs", "numpy")
         self._lock = threading.Lock()
         self._subexec: dict[int, CudaExecutable] = {}
         self._scalars: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
-        with self.rt.device:
-            self.arena = self.rt.alloc(self.plan.size)
-            self.arrays = self._bind_arrays()
-            self._bound = [(step.label, step.capturable, [self._bind(i, a) for a in step.actions])
-                           for i, step in enumerate(self.steps)]
+        self.attention_fallback: str | None = None
+        ctx = lower_context(graph, options, self.backend, self.rt.props)
+        try:
+            self._build(ctx)
+        except Exception as e:  # a fused attention kernel that does not build must not cost the graph
+            if ctx.attention != "auto" or not _fused_attention(getattr(self, "steps", ())):
+                raise
+            self.attention_fallback = f"{type(e).__name__}: {e}"
+            log.warning("cuda: fused attention kernels of '%s' failed to build, using the cuBLAS path: %s",
+                        graph.name, self.attention_fallback)
+            ctx.attention = "cublas"
+            self._build(ctx)
         self._inputs = {n.attrs["name"]: self.arrays[Ref(n.id)] for n in graph.input_nodes}
         self._params = {n.attrs["name"]: self.arrays[Ref(n.id)] for n in graph.param_nodes}
         self._outputs = [self.arrays[r] for r in graph.outputs]
         self._out_dtypes = graph.output_shapes
-        self.capture_enabled = bool(options.backend.get("graph_capture", True)) and \
+        self.capture_enabled = bool(self.backend.get("graph_capture", True)) and \
             all(cap for _, cap, _ in self._bound)
         self._graph = None
         self._runs = 0
         self.capture_error: str | None = None
         self._tracer = Tracer(graph.name, "cuda") if options.tracing else None
+
+    def _build(self, ctx: LowerContext) -> None:
+        """Lower, plan the arena, allocate and bind everything (kernels compile here)."""
+        self.steps = lower_graph(ctx)
+        self.plan = plan_memory(self.graph, self.steps, ctx.views.aliases)
+        with self.rt.device:
+            self.arena = self.rt.alloc(self.plan.size)
+            self.arrays = self._bind_arrays()
+            self._bound = [(step.label, step.capturable, [self._bind(i, a) for a in step.actions])
+                           for i, step in enumerate(self.steps)]
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -247,10 +305,16 @@ class CudaExecutable(ExecutableGraph):
         """The executable of a control-flow body (compiled once, same device)."""
         exe = self._subexec.get(id(graph))
         if exe is None:
-            backend = {k: v for k, v in self.options.backend.items() if k != "outputs"}
+            backend = {k: v for k, v in self.backend.items() if k != "outputs"}
             exe = CudaExecutable(graph, CompileOptions(rng=self.rng, backend=backend), self.rt)
             self._subexec[id(graph)] = exe
         return exe
+
+
+def _fused_attention(steps) -> bool:
+    """Whether some attention step runs a fused kernel (no cuBLAS GEMM in it)."""
+    return any("attention" in step.label and step.actions and not any(isinstance(a, Gemm) for a in step.actions)
+               for step in steps)
 
 
 def _single_node_graph(node) -> Graph:

@@ -2,7 +2,8 @@
 
 Pure Python: it generates CUDA C sources, launch geometry and cuBLAS parameters, so
 all of it is testable without a GPU. ``LOWERINGS`` maps each op kind to its lowering
-(``fn(ctx, node) -> Step``); elementwise runs are fused first (``rlx_cuda.fusion``).
+(``fn(ctx, node) -> Step``); elementwise runs are fused first (``rlx_cuda.fusion``) and
+movement ops whose readers can read them in place are folded away (``rlx_cuda.views``).
 Kinds served by CuPy library calls or driven from the host (cumsum, topk,
 dense_solve, the FFTs, control flow, ort-mode rng) become :class:`Host` actions.
 """
@@ -18,45 +19,61 @@ from rlx_core.ir import DType, Graph, Node, Ref, Shape
 
 from .dtypes import CUDA_R, device_type
 from .fusion import fusion_groups, group_outputs
-from .kernels.elementwise import Access, FusedKernel, FusedOp, broadcast_access, contiguous_strides
+from .kernels.attention import (ATTENTION_BLOCK, DECODE_MAX_BLOCK_ROWS, AttentionProblem, CombineKernel,
+                                DecodeAttentionKernel, FlashAttentionKernel, choose_splits, decode_tile_keys,
+                                flash_supports)
+from .kernels.elementwise import Access, ConcatKernel, FusedKernel, FusedOp, broadcast_access
 from .kernels.index import (Col2imKernel, GatherElementsKernel, GatherKernel, Im2colKernel, PadKernel,
                             Pool2dKernel, RopeKernel, ScatterAddKernel)
 from .kernels.philox import PhiloxKernel
 from .kernels.rows import (ArgReduceKernel, AttentionSoftmaxKernel, NormKernel, ReduceKernel, SoftmaxKernel)
 from .launch import elementwise_grid, row_block, row_grid
 from .steps import Buf, Copy, Gemm, Host, Launch, Memset, Step
+from .views import VIEW_KINDS, Layout, ViewPlan, plan_views, view_layouts
 
-__all__ = ["LowerContext", "lower_graph", "LOWERINGS", "HOST_KINDS", "ALIAS_KINDS", "PERSISTENT_KINDS",
-           "gemm", "COMPUTE_32F", "COMPUTE_32F_FAST_TF32", "COMPUTE_64F", "SCRATCH_ALIGN"]
+__all__ = ["LowerContext", "lower_graph", "LOWERINGS", "HOST_KINDS", "PERSISTENT_KINDS", "ATTENTION_KERNELS",
+           "attention_kernel", "gemm", "COMPUTE_32F", "COMPUTE_32F_FAST_TF32", "COMPUTE_64F", "SCRATCH_ALIGN"]
 
 COMPUTE_32F, COMPUTE_64F, COMPUTE_32F_FAST_TF32 = 68, 70, 77
 SCRATCH_ALIGN = 256
-ALIAS_KINDS = frozenset({"reshape"})             # outputs share their input's bytes
 PERSISTENT_KINDS = frozenset({"param", "constant", "arange"})  # own buffers, set before runs
 HOST_KINDS = frozenset({"cumsum", "topk", "dense_solve", "fft", "rfft", "irfft", "if", "while", "scan"})
 DEFAULT_ATTENTION_SCORES_BYTES = 256 << 20
+# "auto" picks per node (see attention_kernel); the others force one kernel wherever it
+# applies (and the cuBLAS path elsewhere), so that a suspect kernel can be isolated.
+ATTENTION_KERNELS = ("auto", "flash", "decode", "cublas")
+DECODE_MAX_ROWS = 16  # query rows per KV head up to which "auto" takes the decode kernel
 
 
 @dataclass
 class LowerContext:
-    """What lowering needs besides the node: the graph and the compile-time choices."""
+    """What lowering needs besides the node: the graph and the compile-time choices.
+    ``views`` is filled in by :func:`lower_graph`."""
 
     graph: Graph
     tf32: bool = False
     fuse: bool = True
     attention_scores_bytes: int = DEFAULT_ATTENTION_SCORES_BYTES
     rng_mode: str = "philox"
+    attention: str = "auto"
+    attention_splits: int | None = None  # forced key splits (None: chosen per launch)
+    fold_views: bool = True
+    sm_count: int = 132
+    arch: int = 90  # compute capability x 10 (the flash kernel needs mma.sync bf16: 80+)
+    views: ViewPlan | None = None
 
     def shape(self, ref: Ref) -> Shape:
         return self.graph.shape_of(ref)
 
 
 def lower_graph(ctx: LowerContext) -> list[Step]:
-    """Every step of ``ctx.graph`` in execution order (sources, params, aliases excluded)."""
+    """Every step of ``ctx.graph`` in execution order (sources, params, aliases and
+    folded views excluded)."""
+    ctx.views = plan_views(ctx.graph, lambda node: attention_kernel(ctx, node) != "cublas", ctx.fold_views)
     steps = []
     for members in fusion_groups(ctx.graph, ctx.fuse):
         first = ctx.graph.nodes[members[0]]
-        if first.kind in ALIAS_KINDS:
+        if first.kind in VIEW_KINDS and not ctx.views.runs(first):
             continue
         if len(members) > 1 or first.kind in _ELEMENTWISE:
             steps.append(_fused_step(ctx, members))
@@ -69,14 +86,16 @@ def lower_graph(ctx: LowerContext) -> list[Step]:
 from .kernels.elementwise import ELEMENTWISE_KINDS as _ELEMENTWISE  # noqa: E402
 
 
-def _operand_access(ctx: LowerContext, node: Node, slot: int, ref: Ref, loop_dims) -> Access:
-    """How operand ``slot`` of elementwise ``node`` is read over ``loop_dims``."""
-    s = ctx.shape(ref)
+def _operand_access(ctx: LowerContext, node: Node, slot: int, ref: Ref, loop_dims) -> tuple[Ref, Access]:
+    """The value holding operand ``slot`` of elementwise ``node``, and how it is read over
+    ``loop_dims`` (through the operand's layout when it is a folded view)."""
+    s, lay = ctx.shape(ref), ctx.views.layout(ref)
+    dims, strides = s.dims, lay.access.strides
     if node.kind in ("quantize", "dequantize") and slot > 0 and s.rank == 1:
         axis = node.attrs["axis"]
         dims = tuple(s.dims[0] if d == axis else 1 for d in range(len(loop_dims)))
-        return broadcast_access(s.dtype, dims, loop_dims)
-    return broadcast_access(s.dtype, s.dims, loop_dims)
+        strides = tuple(strides[0] if d == axis else 0 for d in range(len(loop_dims)))
+    return lay.ref, broadcast_access(s.dtype, dims, loop_dims, lay.access.offset, strides)
 
 
 def _fused_step(ctx: LowerContext, members: list[int]) -> Step:
@@ -91,18 +110,17 @@ def _fused_step(ctx: LowerContext, members: list[int]) -> Step:
         for slot, r in enumerate(node.inputs):
             if r.node in members:
                 continue
-            acc = _operand_access(ctx, node, slot, r, dims)
-            key = (r, acc)
+            key = _operand_access(ctx, node, slot, r, dims)
             if key not in value_of:
                 value_of[key] = len(inputs)
-                inputs.append(acc)
-                input_refs.append(r)
+                inputs.append(key[1])
+                input_refs.append(key[0])
     for nid in members:
         node = g.nodes[nid]
         args = []
         for slot, r in enumerate(node.inputs):
             args.append(value_of[Ref(*r)] if r.node in members else
-                        value_of[(r, _operand_access(ctx, node, slot, r, dims))])
+                        value_of[_operand_access(ctx, node, slot, r, dims)])
         attrs = tuple(sorted((k, v) for k, v in node.attrs.items() if k in ("fmod",)))
         ops.append(FusedOp(node.kind, tuple(args), node.outputs[0].dtype, attrs))
         value_of[Ref(nid, 0)] = len(inputs) + len(ops) - 1
@@ -115,8 +133,8 @@ def _fused_step(ctx: LowerContext, members: list[int]) -> Step:
     return step
 
 
-def _launch_elementwise(step: Step, kernel: FusedKernel, bufs: list[Buf]) -> None:
-    grid, block = elementwise_grid(kernel.size)
+def _launch_elementwise(step: Step, kernel: FusedKernel | ConcatKernel, bufs: list[Buf]) -> None:
+    grid, block = elementwise_grid(kernel.threads)
     if grid:
         step.actions.append(Launch(kernel.source(), grid, block, tuple(bufs)))
 
@@ -126,65 +144,37 @@ def _copy_kernel(dtype: DType, loop_dims, src: Access, dst: Access) -> FusedKern
 
 
 # --- movement ---------------------------------------------------------------------------
-def _view_step(ctx: LowerContext, node: Node, src: Access) -> Step:
-    """A step materializing a strided view ``src`` of the node's input as its output."""
-    out = node.outputs[0]
-    step = Step(node.label, (node.inputs[0],), (Ref(node.id),))
-    dst = broadcast_access(out.dtype, out.dims, out.dims)
-    _launch_elementwise(step, _copy_kernel(out.dtype, out.dims, src, dst), [Buf(node.inputs[0]), Buf(Ref(node.id))])
+def _view_copy(ctx: LowerContext, node: Node) -> Step:
+    """Copies materializing the outputs of view ``node`` that are not folded: each
+    output's elements read through its layout (``rlx_cuda.views``) into its own
+    contiguous memory. A reshape that strides cannot express copies its input in
+    row-major order, which is the reshape."""
+    source = node.inputs[0]
+    src_shape, src = ctx.shape(source), ctx.views.layout(source)
+    layouts = view_layouts(node, src, src_shape)
+    outs = [i for i in range(len(node.outputs)) if Ref(node.id, i) not in ctx.views.folded]
+    step = Step(node.label, (src.ref,), tuple(Ref(node.id, i) for i in outs))
+    for i in outs:
+        lay, dims = layouts[i], node.outputs[i].dims
+        if lay is None:  # reshape: walk the input's dims, write them in order
+            lay, dims = src, src_shape.dims
+        dtype = node.outputs[i].dtype
+        kernel = _copy_kernel(dtype, dims, lay.access, broadcast_access(dtype, dims, dims))
+        _launch_elementwise(step, kernel, [Buf(lay.ref), Buf(Ref(node.id, i))])
     return step
-
-
-def _transpose(ctx, node):
-    x = ctx.shape(node.inputs[0])
-    st = contiguous_strides(x.dims)
-    return _view_step(ctx, node, Access(x.dtype, 0, tuple(st[p] for p in node.attrs["perm"])))
-
-
-def _slice(ctx, node):
-    x = ctx.shape(node.inputs[0])
-    st = contiguous_strides(x.dims)
-    a = node.attrs
-    offset = sum(start * s for start, s, n in zip(a["starts"], st, node.outputs[0].dims) if n)
-    return _view_step(ctx, node, Access(x.dtype, offset, tuple(step * s for step, s in zip(a["steps"], st))))
-
-
-def _expand(ctx, node):
-    x = ctx.shape(node.inputs[0])
-    return _view_step(ctx, node, broadcast_access(x.dtype, x.dims, node.outputs[0].dims))
-
-
-def _frame(ctx, node):
-    x = ctx.shape(node.inputs[0])
-    st, axis, hop = contiguous_strides(x.dims), node.attrs["axis"], node.attrs["hop"]
-    strides = st[:axis] + (hop * st[axis], st[axis]) + st[axis + 1:]
-    return _view_step(ctx, node, Access(x.dtype, 0, strides))
 
 
 def _concat(ctx, node):
+    """One launch copying every (non-empty) input, each read through its layout."""
     out = node.outputs[0]
-    axis, ost = node.attrs["axis"], contiguous_strides(out.dims)
-    step = Step(node.label, tuple(node.inputs), (Ref(node.id),))
-    start = 0
-    for r in node.inputs:
-        x = ctx.shape(r)
-        kernel = _copy_kernel(out.dtype, x.dims, broadcast_access(x.dtype, x.dims, x.dims),
-                              Access(out.dtype, start * ost[axis], ost))
-        _launch_elementwise(step, kernel, [Buf(r), Buf(Ref(node.id))])
-        start += x.dims[axis]
-    return step
-
-
-def _split(ctx, node):
-    x = ctx.shape(node.inputs[0])
-    axis, st = node.attrs["axis"], contiguous_strides(x.dims)
-    step = Step(node.label, (node.inputs[0],), tuple(Ref(node.id, i) for i in range(len(node.outputs))))
-    start = 0
-    for i, out in enumerate(node.outputs):
-        kernel = _copy_kernel(out.dtype, out.dims, Access(x.dtype, start * st[axis], st),
-                              broadcast_access(out.dtype, out.dims, out.dims))
-        _launch_elementwise(step, kernel, [Buf(node.inputs[0]), Buf(Ref(node.id, i))])
-        start += out.dims[axis]
+    axis = node.attrs["axis"]
+    parts = [(ctx.shape(r).dims, ctx.views.layout(r)) for r in node.inputs]
+    parts = [(dims, lay) for dims, lay in parts if dims[axis]]
+    step = Step(node.label, tuple(lay.ref for _, lay in parts), (Ref(node.id),))
+    kernel = ConcatKernel(out.dims, axis, [(dims[axis], broadcast_access(out.dtype, dims, dims, lay.access.offset,
+                                                                          lay.access.strides)) for dims, lay in parts],
+                          broadcast_access(out.dtype, out.dims, out.dims))
+    _launch_elementwise(step, kernel, [Buf(lay.ref) for _, lay in parts] + [Buf(Ref(node.id))])
     return step
 
 
@@ -486,7 +476,73 @@ def _conv_transpose2d(ctx, node):
     return step
 
 
+def attention_kernel(ctx: LowerContext, node: Node) -> str:
+    """Which kernel runs attention ``node``: "flash" (tensor cores, f16/bf16), "decode"
+    (CUDA cores, few query rows per KV head) or "cublas" (two GEMMs around a masked
+    softmax; also every empty case). Flash needs compute capability 8.0. ``ctx.attention``
+    "auto" picks decode up to
+    ``DECODE_MAX_ROWS`` rows per KV head, else flash where it applies; a forced kernel
+    runs wherever it applies and the cuBLAS path elsewhere."""
+    q, k, v = (ctx.shape(r) for r in node.inputs[:3])
+    b, hq, sq, d = q.dims
+    hkv, sk, dv = k.dims[1], k.dims[2], v.dims[3]
+    if ctx.attention == "cublas" or node.outputs[0].size == 0 or sk == 0:
+        return "cublas"
+    rows = hq // hkv * sq
+    flash = flash_supports(q.dtype, d, dv) and ctx.arch >= 80
+    decode = decode_tile_keys(q.dtype, min(rows, DECODE_MAX_BLOCK_ROWS), d, dv) is not None
+    if ctx.attention == "flash":
+        return "flash" if flash else "cublas"
+    if ctx.attention == "decode":
+        return "decode" if decode else "cublas"
+    if decode and rows <= DECODE_MAX_ROWS:
+        return "decode"
+    return "flash" if flash else "cublas"
+
+
 def _attention(ctx, node):
+    """One fused kernel (flash or decode, plus a combine when keys are split) reading
+    q/k/v and writing the output through their layouts; else the cuBLAS path."""
+    kind = attention_kernel(ctx, node)
+    if kind == "cublas":
+        return _attention_cublas(ctx, node)
+    problem = _attention_problem(ctx, node)
+    kernel = (FlashAttentionKernel if kind == "flash" else DecodeAttentionKernel)(problem)
+    kernel.splits = choose_splits(kernel.grid, kernel.key_tiles, ctx.sm_count, ctx.attention_splits)
+    q, k, v = (ctx.views.layout(r) for r in node.inputs[:3])
+    out = ctx.views.output_layout(Ref(node.id))
+    mask = Buf(node.inputs[3]) if len(node.inputs) > 3 else _buf(q)
+    step = Step(node.label, (q.ref, k.ref, v.ref, *node.inputs[3:]), (out.ref,),
+                scratch=_align(kernel.partial_bytes))
+    partials = Buf(None) if kernel.splits > 1 else _buf(out)  # (unused without splits)
+    step.actions.append(Launch(kernel.source(), kernel.grid, ATTENTION_BLOCK,
+                               (_buf(q), _buf(k), _buf(v), mask, _buf(out), partials)))
+    if kernel.splits > 1:
+        combine = CombineKernel(problem, kernel.splits, "float" if kind == "flash" else problem.acc)
+        grid, block = elementwise_grid(combine.size)
+        step.actions.append(Launch(combine.source(), grid, block, (Buf(None), _buf(out))))
+    return step
+
+
+def _buf(layout: Layout) -> Buf:
+    """The memory of ``layout``'s first element."""
+    return Buf(layout.ref, layout.access.offset * layout.access.dtype.itemsize)
+
+
+def _attention_problem(ctx: LowerContext, node: Node) -> AttentionProblem:
+    q, k, v = (ctx.shape(r) for r in node.inputs[:3])
+    b, hq, sq, d = q.dims
+    a = node.attrs
+    mask_strides = None
+    if a["mask"] in ("custom", "bias"):
+        m = ctx.shape(node.inputs[3])
+        mask_strides = broadcast_access(m.dtype, m.dims, (b, hq, sq, k.dims[2])).strides
+    q_l, k_l, v_l = (ctx.views.layout(r).access for r in node.inputs[:3])
+    return AttentionProblem(q.dtype, b, hq, k.dims[1], sq, k.dims[2], d, v.dims[3], a["mask"], a["window"], a["scale"],
+                            a["softcap"], q_l, k_l, v_l, ctx.views.output_layout(Ref(node.id)).access, mask_strides)
+
+
+def _attention_cublas(ctx, node):
     """Scores by cuBLAS into scratch, masked softmax kernel, probabilities @ V by cuBLAS.
     Query rows are processed in chunks so that the scores of one launch stay within
     ``ctx.attention_scores_bytes``: long sequences never materialize the full matrix."""
@@ -571,8 +627,8 @@ def _host(ctx, node):
 
 
 LOWERINGS: dict[str, Callable[[LowerContext, Node], Step]] = {
-    "transpose": _transpose, "slice": _slice, "expand": _expand, "frame": _frame, "concat": _concat,
-    "split": _split, "pad": _pad, "gather": _gather, "gather_elements": _gather_elements,
+    **{k: _view_copy for k in VIEW_KINDS}, "concat": _concat, "pad": _pad, "gather": _gather,
+    "gather_elements": _gather_elements,
     "scatter_add": _scatter_add, "argmax": _argreduce, "argmin": _argreduce, "softmax": _softmax,
     "log_softmax": _softmax, "layer_norm": _norm, "rms_norm": _norm, "group_norm": _norm, "rope": _rope,
     "pool2d": _pool2d, "matmul": _matmul, "conv": _conv, "conv_transpose2d": _conv_transpose2d,

@@ -6,7 +6,8 @@ step only. Values whose lifetimes do not overlap share bytes. Placement is greed
 largest first, each at the lowest aligned offset free for its whole lifetime.
 
 Params, constants and ``arange`` live in persistent buffers of their own (uploaded
-once); ``reshape`` outputs are aliases of their input's bytes.
+once); ``aliases`` (reshapes, see ``rlx_cuda.views``) share their input's bytes, and
+values no step writes (folded views) get no memory at all.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from rlx_core.ir import Graph, Ref
 
-from .lower import ALIAS_KINDS, PERSISTENT_KINDS
+from .lower import PERSISTENT_KINDS
 from .steps import Step
 
 __all__ = ["Placement", "MemoryPlan", "plan_memory", "ARENA_ALIGN"]
@@ -44,8 +45,8 @@ class MemoryPlan:
         return ref
 
 
-def plan_memory(graph: Graph, steps: list[Step], alignment: int = ARENA_ALIGN) -> MemoryPlan:
-    aliases = {Ref(n.id): n.inputs[0] for n in graph.nodes if n.kind in ALIAS_KINDS}
+def plan_memory(graph: Graph, steps: list[Step], aliases: dict[Ref, Ref],
+                alignment: int = ARENA_ALIGN) -> MemoryPlan:
 
     def root(r: Ref) -> Ref:
         while r in aliases:

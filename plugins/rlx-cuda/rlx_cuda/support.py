@@ -13,7 +13,7 @@ from rlx_core.ir import Node, all_schemas
 from rlx_core.reference import has_kernel
 
 from .kernels.elementwise import ELEMENTWISE_KINDS
-from .lower import ALIAS_KINDS, LOWERINGS, PERSISTENT_KINDS
+from .lower import LOWERINGS, PERSISTENT_KINDS
 
 __all__ = ["supported_ops", "check_node"]
 
@@ -21,7 +21,7 @@ _SOURCES = frozenset({"input", "param"})
 
 
 def supported_ops() -> dict[str, None]:
-    served = set(LOWERINGS) | ELEMENTWISE_KINDS | ALIAS_KINDS | PERSISTENT_KINDS | _SOURCES
+    served = set(LOWERINGS) | ELEMENTWISE_KINDS | PERSISTENT_KINDS | _SOURCES
     return {kind: None for kind in all_schemas() if kind in served and has_kernel(kind) or kind in _SOURCES}
 
 

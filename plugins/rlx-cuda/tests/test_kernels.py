@@ -113,10 +113,58 @@ def test_fused_kernel_rounds_every_low_float_op_and_reads_broadcasts():
                          [(3, broadcast_access("bf16", loop, loop))])
     src = kernel.source()[len(PREAMBLE):]
     assert src.count("rlx_round_bf16(") == 2
-    assert "in1[(int)c1 * 1]" in src  # the bias row is read with stride 0 along dim 0
-    assert "out0[" in src and "rlx_f2bf(v3)" in src
+    assert "(in1 + (int)c1 * 1)" in src  # the bias row is read with stride 0 along dim 0
+    assert "*(rlx_pack_unsigned_short_8*)(out0 + " in src and "rlx_f2bf(v3[e])" in src
+
+
+def test_fused_kernels_vectorize_contiguous_innermost_dims_only_when_aligned():
+    loop = (4, 8)
+
+    def width(*accesses):
+        kernel = FusedKernel(loop, list(accesses), [FusedOp("neg", (0,), "bf16")],
+                             [(len(accesses), broadcast_access("bf16", loop, loop))])
+        return kernel, kernel._loop()[2]
+    kernel, w = width(broadcast_access("bf16", loop, loop))
+    assert w == 8 and kernel.threads == 4 and "struct __align__(16) rlx_pack_unsigned_short_8" in kernel.source()
+    kernel, w = width(broadcast_access("f32", loop, loop))  # 8 floats would be 32 bytes
+    assert w == 4 and kernel.threads == 8
+    kernel, w = width(broadcast_access("bf16", (4, 1), loop))  # one value per row: a scalar read, vector write
+    assert w == 8 and "const float v0 = rlx_bf2f(in0[" in kernel.source()
+    assert width(Access("bf16", 0, (1, 4)))[1] == 1  # transposed: strided innermost
+    assert width(Access("bf16", 2, (8, 1)))[1] == 2  # a view starting at element 2
+    assert width(Access("bf16", 0, (6, 1)))[1] == 2  # rows 6 elements apart
 
 
 def test_broadcast_access_of_scalars_and_leading_dims():
     assert broadcast_access("f32", (), (3, 4)) == Access("f32", 0, (0, 0))
     assert broadcast_access("f32", (3, 1), (2, 3, 4)).strides == (0, 1, 0)
+
+
+_EMULATED_KINDS = ("add", "cast", "where", "quantize", "gelu", "transpose", "slice", "split", "expand", "frame",
+                   "concat", "reshape", "pad", "layer_norm", "rms_norm", "softmax", "reduce_sum", "argmax", "conv")
+
+
+def _emulated_cases():
+    from rlx_core.ir import DType
+    picked = {}
+    for case in all_cases():  # per kind: its first bf16 case and its first other one
+        if case.kind in _EMULATED_KINDS:
+            picked.setdefault((case.kind, case.dtype is DType.BF16), case)
+    return list(picked.values())
+
+
+@pytest.mark.skipif(GXX is None, reason="g++ is not installed")
+@pytest.mark.parametrize("case", _emulated_cases(), ids=lambda c: c.id)
+def test_generated_kernels_match_the_reference_under_emulation(case):
+    """The kernels of a sample of conformance cases (vectorized elementwise, view copies,
+    concat, rows, conv) run in the host emulator on the planned arena, both data sets."""
+    from emulator import Emulated
+    from rlx_core.reference import evaluate
+    from rlx_core.testing.cases import make_data
+    from rlx_core.testing.compare import assert_close
+    g = build_case(case)
+    emulated = Emulated(g)
+    for variant in (0, 1):
+        inputs, params = make_data(case, variant)
+        for i, (got, want) in enumerate(zip(emulated.run(inputs, params), evaluate(g, inputs, params))):
+            assert_close(got, want, g.output_shapes[i].dtype, case.tol, what=f"{case.id} output {i}")

@@ -75,8 +75,9 @@ def test_attention_is_chunked_within_the_scores_budget():
 
 def test_arena_plan_shares_bytes_only_between_disjoint_lifetimes():
     g = _mlp()
-    steps = lower_graph(LowerContext(g))
-    plan = plan_memory(g, steps)
+    ctx = LowerContext(g)
+    steps = lower_graph(ctx)
+    plan = plan_memory(g, steps, ctx.views.aliases)
     items = list(plan.placements.values()) + list(plan.scratch.values())
     for i, p in enumerate(items):
         assert p.offset % 256 == 0
@@ -138,3 +139,16 @@ def test_nvml_readings_map_units_and_missing_sensors():
     assert fields["name"] == "NVIDIA H200" and fields["temp_c"] == 41 and fields["fan_percent"] is None
     assert fields["power_w"] == pytest.approx(123.456) and fields["power_cap_w"] == pytest.approx(700.0)
     assert fields["clock_mhz"] == 1980 and fields["util_percent"] == 97
+
+
+def test_concat_is_one_launch_that_reads_folded_views_in_place():
+    g = Graph("cat")
+    a = g.input("a", (2, 3, 4))
+    b = g.input("b", (2, 4, 3))
+    empty = g.input("e", (2, 0, 4))
+    g.set_outputs([g.concat([a, empty, g.transpose(b, (0, 2, 1))], axis=1)])
+    (step,) = lower_graph(LowerContext(g))  # the transpose folds into the concat
+    (launch,) = step.actions
+    assert step.reads == (Ref(0), Ref(1)) and len(launch.args) == 3
+    src = launch.source
+    assert "if (c1 < 3u) v = in0[" in src and "else v = in1[" in src

@@ -13,6 +13,7 @@ chain gives the same bits as the same ops run one by one (the reference rule).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -23,7 +24,7 @@ from rlx_core.ir import DType
 from ..dtypes import device_type, index_ctype
 from .preamble import KERNEL_NAME, PREAMBLE
 
-__all__ = ["Access", "FusedOp", "FusedKernel", "contiguous_strides", "broadcast_access", "coalesce",
+__all__ = ["Access", "FusedOp", "FusedKernel", "ConcatKernel", "contiguous_strides", "broadcast_access", "coalesce",
            "ELEMENTWISE_KINDS", "op_expression", "cast_expression"]
 
 
@@ -64,10 +65,11 @@ def contiguous_strides(dims: Sequence[int]) -> tuple[int, ...]:
 
 
 def broadcast_access(dtype: DType, value_dims: Sequence[int], loop_dims: Sequence[int],
-                     offset: int = 0) -> Access:
-    """A contiguous tensor of ``value_dims`` read with numpy broadcasting over ``loop_dims``."""
+                     offset: int = 0, strides: Sequence[int] | None = None) -> Access:
+    """A tensor of ``value_dims`` (contiguous, or laid out with element ``strides``) read
+    with numpy broadcasting over ``loop_dims``."""
     lead = len(loop_dims) - len(value_dims)
-    own = contiguous_strides(value_dims)
+    own = contiguous_strides(value_dims) if strides is None else tuple(strides)
     strides = tuple(0 if d < lead or value_dims[d - lead] == 1 else own[d - lead] for d in range(len(loop_dims)))
     return Access(dtype, offset, strides)
 
@@ -171,7 +173,11 @@ _ROUND = {DType.F16: "rlx_round_f16", DType.BF16: "rlx_round_bf16"}
 @dataclass
 class FusedKernel:
     """A fused elementwise kernel over ``dims``: ``inputs`` accesses, SSA ``ops``,
-    ``outputs`` as (value index, access) pairs. ``source()`` is its CUDA C."""
+    ``outputs`` as (value index, access) pairs. ``source()`` is its CUDA C.
+
+    When the innermost loop dim is contiguous (or broadcast) in every access, each
+    thread handles ``width`` consecutive elements (up to 16 bytes per access, see
+    :func:`vector_width`) with one vector load / store per access; launch ``threads``."""
 
     dims: tuple[int, ...]
     inputs: list[Access]
@@ -187,34 +193,147 @@ class FusedKernel:
     def size(self) -> int:
         return math.prod(self.dims)
 
-    def source(self) -> str:
+    def _loop(self):
+        """The coalesced loop dims, every access's strides over them, the vector width."""
         accesses = self.inputs + [acc for _, acc in self.outputs]
         dims, strides = coalesce(self.dims, [a.strides for a in accesses])
+        return dims, strides, vector_width(dims, accesses, strides)
+
+    @property
+    def threads(self) -> int:
+        dims, _, width = self._loop()
+        return math.prod(dims) // width
+
+    def source(self) -> str:
+        accesses = self.inputs + [acc for _, acc in self.outputs]
+        dims, strides, w = self._loop()
         n = math.prod(dims)
-        reach = max([n] + [abs(a.offset) + sum(abs(s) * (d - 1) for s, d in zip(st, dims))
-                           for a, st in zip(accesses, strides)])
         idx = "unsigned int" if n < 2**31 else "unsigned long long"
-        off = index_ctype(reach)
+        off = index_ctype(_reach(dims, [(a.offset, st) for a, st in zip(accesses, strides)]))
         params = [f"const {device_type(a.dtype).store}* in{i}" for i, a in enumerate(self.inputs)]
         params += [f"{device_type(a.dtype).store}* out{i}" for i, (_, a) in enumerate(self.outputs)]
-        body = [f"  for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < {n}u; "
-                f"i += ({idx})gridDim.x * blockDim.x) {{"]
-        body += _coords(dims, idx)
+        packs = {}  # vector struct of each stored type
+
+        def pack(dtype: DType) -> str:
+            store = device_type(dtype).store
+            name = f"rlx_pack_{store.replace(' ', '_')}_{w}"
+            packs[name] = f"struct __align__({w * dtype.itemsize}) {name} {{ {store} x[{w}]; }};"
+            return name
+        scalar = set()  # values held once per thread (broadcast inputs when vectorized)
+        lane = "[e]" if w > 1 else ""
+
+        def value(k: int) -> str:
+            return f"v{k}" if k in scalar else f"v{k}{lane}"
+        head = f"  for ({idx} t = ({idx})blockIdx.x * blockDim.x + threadIdx.x; t < {n // w}u; " \
+               f"t += ({idx})gridDim.x * blockDim.x) {{"
+        body = [head, f"    const {idx} i = t{f' * {w}u' if w > 1 else ''};", *_coords(dims, idx)]
         for i, (acc, st) in enumerate(zip(self.inputs, strides)):
             ct = device_type(acc.dtype)
-            body.append(f"    const {ct.compute} v{i} = {ct.load_from(f'in{i}[{_offset(acc.offset, st, off)}]')};")
+            at = _offset(acc.offset, st, off)
+            if w == 1 or st[-1] == 0:
+                scalar.add(i)
+                body.append(f"    const {ct.compute} v{i} = {ct.load_from(f'in{i}[{at}]')};")
+            else:
+                p = pack(acc.dtype)
+                body += [f"    const {p} p{i} = *(const {p}*)(in{i} + {at});",
+                         f"    {ct.compute} v{i}[{w}];",
+                         f"    for (int e = 0; e < {w}; ++e) v{i}[e] = {ct.load_from(f'p{i}.x[e]')};"]
         for j, op in enumerate(self.ops):
             k = len(self.inputs) + j
             in_dt = self.value_dtypes[op.args[0]]
-            expr = op_expression(op, [f"v{a}" for a in op.args], in_dt)
+            expr = op_expression(op, [value(a) for a in op.args], in_dt)
             if op.dtype in _ROUND:
                 expr = f"{_ROUND[op.dtype]}({expr})"
-            body.append(f"    const {device_type(op.dtype).compute} v{k} = {expr};")
-        for i, ((value, acc), st) in enumerate(zip(self.outputs, strides[len(self.inputs):])):
-            body.append(f"    out{i}[{_offset(acc.offset, st, off)}] = {device_type(acc.dtype).to_store(f'v{value}')};")
+            ct = device_type(op.dtype).compute
+            if w == 1:
+                body.append(f"    const {ct} v{k} = {expr};")
+            else:
+                body += [f"    {ct} v{k}[{w}];", f"    for (int e = 0; e < {w}; ++e) v{k}[e] = {expr};"]
+        for i, ((k, acc), st) in enumerate(zip(self.outputs, strides[len(self.inputs):])):
+            at, dt = _offset(acc.offset, st, off), device_type(acc.dtype)
+            if w == 1:
+                body.append(f"    out{i}[{at}] = {dt.to_store(value(k))};")
+            else:
+                p = pack(acc.dtype)
+                body += [f"    {p} q{i};", f"    for (int e = 0; e < {w}; ++e) q{i}.x[e] = {dt.to_store(value(k))};",
+                         f"    *({p}*)(out{i} + {at}) = q{i};"]
         body.append("  }")
+        return (PREAMBLE + "".join(f"{d}\n" for d in packs.values())
+                + f'extern "C" __global__ void {KERNEL_NAME}({", ".join(params)}) {{\n' + "\n".join(body) + "\n}\n")
+
+
+def vector_width(dims: Sequence[int], accesses: Sequence[Access], strides: Sequence[Sequence[int]]) -> int:
+    """Elements per thread of a kernel over (coalesced) ``dims``: the most (a power of
+    two, at most 8 and 16 bytes per access) such that every access walks the innermost
+    dim contiguously (stride 1, read as vectors) or not at all (stride 0, one scalar),
+    and every vector starts aligned: its element offset is a multiple of the width.
+    1 when no access is contiguous there."""
+    if not dims or any(st[-1] not in (0, 1) for st in strides):
+        return 1
+    dense = [(a, st) for a, st in zip(accesses, strides) if st[-1] == 1]
+    if not dense:
+        return 1
+    width = min([8] + [16 // a.dtype.itemsize for a, _ in dense])
+    while width > 1:
+        if dims[-1] % width == 0 and all(a.offset % width == 0 and all(s % width == 0 for s in st[:-1])
+                                         for a, st in dense):
+            return width
+        width //= 2
+    return 1
+
+
+@dataclass
+class ConcatKernel:
+    """concat along ``axis`` as one launch over the output ``dims``: the element at
+    coordinate ``c`` along the axis comes from the input whose slab ``[start, start +
+    extent)`` holds ``c``, read through its access (``inputs``: (extent, access) of each
+    non-empty input, in order) and written through ``out``. Values are copied as stored."""
+
+    dims: tuple[int, ...]
+    axis: int
+    inputs: list[tuple[int, Access]]
+    out: Access
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def threads(self) -> int:
+        return self.size
+
+    def source(self) -> str:
+        a = self.axis
+        accesses = [acc for _, acc in self.inputs] + [self.out]
+        pre, pre_st = coalesce(self.dims[:a], [x.strides[:a] for x in accesses])
+        post, post_st = coalesce(self.dims[a + 1:], [x.strides[a + 1:] for x in accesses])
+        dims = pre + (self.dims[a],) + post
+        strides = [p + (x.strides[a],) + q for p, x, q in zip(pre_st, accesses, post_st)]
+        # input k's element: its offset shifted back by its start along the axis, then the output coordinates
+        starts = itertools.accumulate([0] + [extent for extent, _ in self.inputs])
+        placed = [(x.offset - start * st[len(pre)], st) for start, x, st in zip(starts, accesses, strides)]
+        placed[-1] = (self.out.offset, strides[-1])
+        n = math.prod(dims)
+        idx = "unsigned int" if n < 2**31 else "unsigned long long"
+        off = index_ctype(_reach(dims, placed))
+        store = device_type(self.out.dtype).store
+        body = [f"  for ({idx} i = ({idx})blockIdx.x * blockDim.x + threadIdx.x; i < {n}u; "
+                f"i += ({idx})gridDim.x * blockDim.x) {{", *_coords(dims, idx), f"    {store} v;"]
+        end = 0
+        for k, ((extent, _), (offset, st)) in enumerate(zip(self.inputs, placed)):
+            end += extent
+            test = "" if k == len(self.inputs) - 1 else f"if (c{len(pre)} < {end}u) "
+            body.append(f"    {'else ' if k else ''}{test}v = in{k}[{_offset(offset, st, off)}];")
+        body += [f"    out[{_offset(*placed[-1], off)}] = v;", "  }"]
+        params = [f"const {store}* in{k}" for k in range(len(self.inputs))] + [f"{store}* out"]
         return (PREAMBLE + f'extern "C" __global__ void {KERNEL_NAME}({", ".join(params)}) {{\n'
                 + "\n".join(body) + "\n}\n")
+
+
+def _reach(dims: Sequence[int], placed: Sequence[tuple[int, Sequence[int]]]) -> int:
+    """The largest element offset magnitude any (offset, strides) access reaches over ``dims``."""
+    n = math.prod(dims)
+    return max([n] + [abs(o) + sum(abs(s) * (d - 1) for s, d in zip(st, dims)) for o, st in placed])
 
 
 def _coords(dims: Sequence[int], idx: str) -> list[str]:

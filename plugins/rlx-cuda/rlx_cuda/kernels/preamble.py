@@ -150,16 +150,25 @@ template <typename T> RLX_D T rlx_gelu_tanh(T x) {
 }
 """
 
-# Block-wide reduction over ``blockDim.x`` (a power of two) threads, for kernels that
-# define ``RLX_ACC`` (the accumulator type) and ``rlx_combine(RLX_ACC, RLX_ACC)``.
+# Block-wide reduction over ``blockDim.x`` (a power of two, at least 32) threads, for
+# kernels that define ``RLX_ACC`` (the accumulator type) and ``rlx_combine(RLX_ACC,
+# RLX_ACC)``: a shared-memory tree, whose last five levels (32 values) the first warp
+# finishes alone, synchronizing with __syncwarp instead of the whole block.
 BLOCK_REDUCE = r"""
 RLX_D RLX_ACC rlx_block_reduce(RLX_ACC v, RLX_ACC* sh) {
   sh[threadIdx.x] = v;
   __syncthreads();
-  for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+  for (unsigned int s = blockDim.x / 2; s >= 32; s >>= 1) {
     if (threadIdx.x < s) sh[threadIdx.x] = rlx_combine(sh[threadIdx.x], sh[threadIdx.x + s]);
     __syncthreads();
   }
+  if (threadIdx.x < 32) {
+    for (unsigned int s = 16; s > 0; s >>= 1) {
+      if (threadIdx.x < s) sh[threadIdx.x] = rlx_combine(sh[threadIdx.x], sh[threadIdx.x + s]);
+      __syncwarp();
+    }
+  }
+  __syncthreads();
   RLX_ACC r = sh[0];
   __syncthreads();
   return r;
