@@ -22,7 +22,7 @@ import numba
 
 from ..cache import ensure_source, kernel_dir
 
-__all__ = ["library", "generated_kernel", "specialize", "is_compiled"]
+__all__ = ["library", "generated_kernel", "specialize", "is_compiled", "warm_up"]
 
 log = logging.getLogger("rlx.cpu")
 _lock = threading.RLock()
@@ -94,3 +94,12 @@ def _purge_cache(dispatcher) -> bool:
         f.unlink(missing_ok=True)
         removed = True
     return removed and source.parent == kernel_dir()
+
+
+def warm_up() -> None:
+    """Start numba and load the kernel library (about 0.5 s, once per process: numba
+    loads its type registries on first use). Compiling a graph does it when needed; a
+    server may call this at start-up instead."""
+    import numpy as np
+    x = np.zeros((1, 1, 1), np.float32)
+    specialize(library().softmax, x, x, False)

@@ -25,7 +25,8 @@ from typing import Any
 
 from rlx_core import DType
 
-__all__ = ["ScalarOp", "Program", "LEAF", "FUSIBLE_DTYPES", "supports", "elementwise_source", "rows_source"]
+__all__ = ["ScalarOp", "Program", "Operand", "LEAF", "FUSIBLE_DTYPES", "supports", "elementwise_source",
+           "rows_source"]
 
 LEAF = "leaf"
 FUSIBLE_DTYPES = frozenset({DType.F32, DType.F64, DType.I8, DType.I16, DType.I32, DType.I64, DType.U8,
@@ -39,6 +40,8 @@ from rlx_cpu.jit.scalar import maximum, minimum, trunc_div
 
 '''
 _DECORATOR = '@njit(cache=True, nogil=True, error_model="numpy")'
+# Row sums may be reordered (LLVM then vectorizes them); no other fast-math assumption.
+_ROWS_DECORATOR = '@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})'
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,19 @@ class ScalarOp:
     args: tuple[int, ...]
     dtype: DType
     attrs: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Operand:
+    """How a kernel reads input operand k: on the loop ``axes`` it spans (an empty tuple:
+    a one-element array, read at [0]), or -- when it is the very array an output is
+    written to (``alias``: that output's parameter name) -- through that output.
+
+    Reading an in-place operand through the output's own name matters: LLVM cannot
+    vectorize a loop whose input and output are distinct pointers to one buffer."""
+
+    axes: tuple[int, ...]
+    alias: str | None = None
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,17 @@ def _index(axes: tuple[int, ...], names: list[str]) -> str:
     return ", ".join(names[a] for a in axes) if axes else "0"
 
 
+def _params(operands: tuple[Operand, ...]) -> list[str]:
+    return [f"a{k}" for k, o in enumerate(operands) if o.alias is None]
+
+
+def _loader(operands: tuple[Operand, ...], idx: list[str]):
+    def load(k: int) -> str:
+        o = operands[k]
+        return f"{o.alias}[{', '.join(idx)}]" if o.alias else f"a{k}[{_index(o.axes, idx)}]"
+    return load
+
+
 # --- kernels --------------------------------------------------------------------------------
 def _loop_nest(indices: list[str], extents: list[str], indent: str) -> tuple[list[str], str]:
     """``for`` headers nesting ``indices`` over ``extents``; returns them and the inner indent."""
@@ -144,34 +171,32 @@ def _loop_nest(indices: list[str], extents: list[str], indent: str) -> tuple[lis
     return lines, indent
 
 
-def elementwise_source(program: Program, operand_axes: tuple[tuple[int, ...], ...], rank: int) -> str:
+def elementwise_source(program: Program, operands: tuple[Operand, ...], rank: int) -> str:
     """``kernel(a0, ..., o0, ...)``: every output element from the inputs' elements.
 
-    Outputs have ``rank`` axes (>= 1); input ``k`` has the axes ``operand_axes[k]`` of
-    the loop nest (an empty tuple: a one-element array, read at [0]).
+    Outputs have ``rank`` axes (>= 1); ``operands`` say how each input is read.
     """
-    ins = [f"a{k}" for k in range(len(operand_axes))]
     outs = [f"o{k}" for k in range(len(program.outputs))]
     idx, extents = [f"i{d}" for d in range(rank)], [f"n{d}" for d in range(rank)]
-    lines = [_DECORATOR, f"def kernel({', '.join(ins + outs)}):", f"    {', '.join(extents)}, = o0.shape"]
+    lines = [_DECORATOR, f"def kernel({', '.join(_params(operands) + outs)}):",
+             f"    {', '.join(extents)}, = o0.shape"]
     loops, indent = _loop_nest(idx, extents, "    ")
-    body = _op_lines(program, lambda k: f"a{k}[{_index(operand_axes[k], idx)}]")
+    body = _op_lines(program, _loader(operands, idx))
     body += [f"o{k}[{', '.join(idx)}] = v{op}" for k, op in enumerate(program.outputs)]
     return _HEADER + "\n".join(lines + loops + [indent + line for line in body]) + "\n"
 
 
-def rows_source(program: Program, operand_axes: tuple[tuple[int, ...], ...], lead: int, trail: int,
-                norm: str, with_beta: bool) -> str:
+def rows_source(program: Program, operands: tuple[Operand, ...], lead: int, trail: int, norm: str,
+                with_beta: bool) -> str:
     """``kernel(a0, ..., o0, ..., gamma, beta, buf, eps, y)``: ``y`` is ``norm`` of the
     program's LAST output over the ``trail`` innermost axes (after ``lead`` outer ones).
 
     The program's other outputs are stored as well (values used elsewhere). ``norm`` is
     ``layer_norm`` (subtract the mean, divide by the standard deviation) or
     ``rms_norm`` (divide by the root mean square); sums accumulate in float64. ``gamma``,
-    ``beta`` and the scratch ``buf`` (the row of norm inputs between passes) are flat
-    arrays of the ``cols`` normalized elements.
+    ``beta`` and the scratch ``buf`` (the row of norm inputs between passes, so that
+    ``y`` may also be an input) are flat arrays of the ``cols`` normalized elements.
     """
-    ins = [f"a{k}" for k in range(len(operand_axes))]
     stored = [f"o{k}" for k in range(len(program.outputs) - 1)]
     rank = lead + trail
     idx, extents = [f"i{d}" for d in range(rank)], [f"n{d}" for d in range(rank)]
@@ -184,12 +209,12 @@ def rows_source(program: Program, operand_axes: tuple[tuple[int, ...], ...], lea
         return ([] if col != "c" else ["    " * (lead + 1) + "c = 0"]) + loops + \
             [indent + line for line in inner] + counter
 
-    body = _op_lines(program, lambda k: f"a{k}[{_index(operand_axes[k], idx)}]")
+    body = _op_lines(program, _loader(operands, idx))
     body += [f"o{k}[{', '.join(idx)}] = v{op}" for k, op in enumerate(program.outputs[:-1])]
     x = f"v{program.outputs[-1]}"
     centered = f"(buf[{col}] - mean)" if norm == "layer_norm" else f"buf[{col}]"
     head, indent = _loop_nest(idx[:lead], extents[:lead], "    ")
-    lines = [_DECORATOR, f"def kernel({', '.join(ins + stored)}, gamma, beta, buf, eps, y):",
+    lines = [_ROWS_DECORATOR, f"def kernel({', '.join(_params(operands) + stored)}, gamma, beta, buf, eps, y):",
              f"    {', '.join(extents)}, = y.shape",
              f"    inv_cols = 1.0 / max({' * '.join(extents[lead:]) or '1'}, 1)"] + head
     lines += [indent + "total = 0.0"]

@@ -15,9 +15,11 @@ from rlx_cpu.jit.scalar import maximum, typed
 MASK_NONE, MASK_CAUSAL, MASK_SLIDING = 0, 1, 2
 
 _OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
+# Kernels that sum rows: let LLVM reorder the additions so that it can vectorize them.
+_REDUCING = dict(_OPTIONS, fastmath={"reassoc"})
 
 
-@njit(**_OPTIONS)
+@njit(**_REDUCING)
 def softmax(x, y, log):
     """softmax (``log``: log_softmax) of ``x [outer, n, inner]`` along axis 1, into ``y``."""
     outer, n, inner = x.shape
@@ -42,48 +44,61 @@ def softmax(x, y, log):
                     y[o, j, i] = y[o, j, i] * inv
 
 
-@njit(**_OPTIONS)
-def attention_probs(s, scale, softcap, mode, window, visible, bias):
-    """Scores ``s [B, H, Sq, Sk]`` (q.k products) -> attention weights, in place.
-
-    Each score is scaled, soft-capped (``softcap > 0``), has ``bias`` added (when it is
-    not empty) and is hidden (-inf) where ``mode`` (causal / sliding with ``window``)
-    or ``visible`` (a bool array, when not empty) says so; then every row is
-    softmax-normalized. A row without any visible key becomes zeros. ``visible`` and
-    ``bias`` are broadcast views of the scores' shape, or arrays of size 0 (unused).
-    """
+@njit(**_REDUCING)
+def attention_scores(s, scale, softcap, visible, bias):
+    """Scores ``s [B, H, Sq, Sk]`` (q.k products), in place: scaled, soft-capped
+    (``softcap > 0``), plus ``bias`` (unless empty), -inf where ``visible`` (unless
+    empty) is False. Both are broadcast views of the scores' shape."""
     batch, heads, sq, sk = s.shape
-    offset = sk - sq  # queries are aligned to the end of the keys
     with_mask, with_bias = visible.size > 0, bias.size > 0
     hidden = typed(-np.inf, s.dtype)
     for b in range(batch):
         for h in range(heads):
             for i in range(sq):
-                stop = min(sk, max(i + offset + 1, 0)) if mode != MASK_NONE else sk
-                start = max(stop - window, 0) if mode == MASK_SLIDING else 0
-                top = hidden
                 for j in range(sk):
                     v = s[b, h, i, j] * scale
                     if softcap > 0:
                         v = softcap * fast_tanh(v / softcap)
                     if with_bias:
                         v = v + bias[b, h, i, j]
-                    if j < start or j >= stop or (with_mask and not visible[b, h, i, j]):
+                    if with_mask and not visible[b, h, i, j]:
                         v = hidden
                     s[b, h, i, j] = v
-                    top = maximum(top, v)
-                if top == hidden:
-                    for j in range(sk):
-                        s[b, h, i, j] = 0
-                    continue
-                total = 0.0
-                for j in range(sk):
-                    e = fast_exp(s[b, h, i, j] - top)
-                    s[b, h, i, j] = e
-                    total += e
-                inv = typed(1.0 / total, s.dtype)
-                for j in range(sk):
-                    s[b, h, i, j] = s[b, h, i, j] * inv
+
+
+@njit(**_REDUCING)
+def attention_weights(s, scale, mode, window):
+    """Scores ``s [B*H, Sq, Sk]`` -> attention weights, in place: each row is scaled and
+    softmax-normalized over its visible keys -- all of them, or (``mode`` causal /
+    sliding with ``window``) a range ending at the query's position, queries being
+    aligned to the end of the keys. Hidden keys, and every key of a row without a
+    finite score, get weight 0."""
+    rows, sq, sk = s.shape
+    offset = sk - sq
+    zero, hidden = typed(0, s.dtype), typed(-np.inf, s.dtype)
+    for b in range(rows):
+        for i in range(sq):
+            stop = sk if mode == MASK_NONE else min(sk, max(i + offset + 1, 0))
+            start = max(stop - window, 0) if mode == MASK_SLIDING else 0
+            s[b, i, :start] = zero
+            s[b, i, stop:] = zero
+            row = s[b, i, start:stop]  # (a slice: indexing s[b, i, start + j] would not vectorize)
+            top = hidden
+            for j in range(row.shape[0]):
+                v = row[j] * scale
+                row[j] = v
+                top = v if v > top else top
+            if top == hidden:
+                row[:] = zero
+                continue
+            total = zero
+            for j in range(row.shape[0]):
+                e = fast_exp(row[j] - top)
+                row[j] = e
+                total += e
+            inv = typed(1, s.dtype) / total
+            for j in range(row.shape[0]):
+                row[j] = row[j] * inv
 
 
 @njit(**_OPTIONS)

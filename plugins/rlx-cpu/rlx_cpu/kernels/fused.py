@@ -29,7 +29,7 @@ from rlx_core import DType, Graph, Node, Ref, Shape
 
 from ..cache import Decisions
 from ..jit import generated_kernel, specialize
-from ..jit.codegen import LEAF, Program, ScalarOp, elementwise_source, rows_source
+from ..jit.codegen import LEAF, Operand, Program, ScalarOp, elementwise_source, rows_source
 from ..schedule import FUSED, Step, scalar_op
 from . import Bound, Call, kernel
 from .elementwise import direct_calls
@@ -78,13 +78,24 @@ def coalesce(domain: Sequence[int], arrays: Sequence[np.ndarray], segments: Sequ
     return _Layout(tuple(dims), tuple(ranks), [tuple(m) for m in merged])
 
 
-def _operand(a: np.ndarray, layout: _Layout, strides: tuple[int, ...]) -> tuple[np.ndarray, tuple[int, ...]]:
-    """``a`` as an array over the layout axes it spans (stride != 0), and those axes."""
-    axes = tuple(k for k, s in enumerate(strides) if s != 0 and layout.dims[k] > 1)
-    if not axes:
-        return np.lib.stride_tricks.as_strided(a, (1,), (a.itemsize,)), ()
-    view = np.lib.stride_tricks.as_strided(a, [layout.dims[k] for k in axes], [strides[k] for k in axes])
-    return view, axes
+def _operands(arrays: list[np.ndarray], strides: list[tuple[int, ...]], layout: _Layout,
+              outputs: list[np.ndarray], names: list[str]) -> tuple[tuple[Operand, ...], list[np.ndarray]]:
+    """How the kernel reads each input, and the views it is passed: an input that is one
+    of the ``outputs`` (same array) is read through that output's parameter (``names``);
+    any other over the layout axes it spans (stride != 0)."""
+    operands, views = [], []
+    for a, st in zip(arrays, strides):
+        alias = next((name for o, name in zip(outputs, names) if o is a), None)
+        if alias is not None:
+            operands.append(Operand((), alias))
+            continue
+        axes = tuple(k for k, s in enumerate(st) if s != 0 and layout.dims[k] > 1)
+        operands.append(Operand(axes))
+        if axes:
+            views.append(np.lib.stride_tricks.as_strided(a, [layout.dims[k] for k in axes], [st[k] for k in axes]))
+        else:
+            views.append(np.lib.stride_tricks.as_strided(a, (1,), (a.itemsize,)))
+    return tuple(operands), views
 
 
 def _full(a: np.ndarray, layout: _Layout, strides: tuple[int, ...]) -> np.ndarray:
@@ -142,10 +153,11 @@ def elementwise_call(fusion: Fusion, domain: tuple[int, ...]) -> Call | None:
     arrays = fusion.operands + fusion.outputs
     layout = coalesce(domain, arrays, [len(domain)])
     n_in = len(fusion.operands)
-    ins = [_operand(a, layout, s) for a, s in zip(fusion.operands, layout.strides[:n_in])]
     outs = [_full(a, layout, s) for a, s in zip(fusion.outputs, layout.strides[n_in:])]
-    source = elementwise_source(fusion.program, tuple(axes for _, axes in ins), len(layout.dims))
-    args = tuple(v for v, _ in ins) + tuple(outs)
+    operands, ins = _operands(fusion.operands, layout.strides[:n_in], layout, fusion.outputs,
+                              [f"o{k}" for k in range(len(outs))])
+    source = elementwise_source(fusion.program, operands, len(layout.dims))
+    args = tuple(ins) + tuple(outs)
     return Call(specialize(generated_kernel(source), *args), args)
 
 
@@ -166,12 +178,12 @@ def rows_call(fusion: Fusion, norm: Node, gamma: np.ndarray, beta: np.ndarray | 
     arrays = fusion.operands + fusion.outputs + [y]
     layout = coalesce(domain, arrays, [axis, len(domain) - axis])
     n_in = len(fusion.operands)
-    ins = [_operand(a, layout, s) for a, s in zip(fusion.operands, layout.strides[:n_in])]
     outs = [_full(a, layout, s) for a, s in zip(arrays[n_in:], layout.strides[n_in:])]
+    names = [f"o{k}" for k in range(len(fusion.outputs))] + ["y"]
+    operands, ins = _operands(fusion.operands, layout.strides[:n_in], layout, fusion.outputs + [y], names)
     lead, trail = layout.segment_ranks
-    source = rows_source(fusion.program, tuple(axes for _, axes in ins), lead, trail, norm.kind, beta is not None)
-    args = tuple(v for v, _ in ins) + tuple(outs[:-1]) + (flat_gamma, flat_beta, buf, float(norm.attrs["eps"]),
-                                                          outs[-1])
+    source = rows_source(fusion.program, operands, lead, trail, norm.kind, beta is not None)
+    args = tuple(ins) + tuple(outs[:-1]) + (flat_gamma, flat_beta, buf, float(norm.attrs["eps"]), outs[-1])
     return Call(specialize(generated_kernel(source), *args), args)
 
 

@@ -18,7 +18,7 @@ from . import Bound, Call, kernel
 from .fused import Fusion, rows_call
 
 _FAST = frozenset({DType.F32, DType.F64})
-_MASK_MODES = {"none": 0, "causal": 1, "sliding": 2, "custom": 0, "bias": 0}
+_MASK_MODES = {"none": 0, "causal": 1, "sliding": 2}  # custom and bias masks are inputs
 
 
 def attention_scratch(step: Step, graph: Graph) -> list[Shape]:
@@ -43,14 +43,20 @@ def attention_step(b: Bound):
     s5 = _split_heads(scores, hkv, group)
     o5 = _split_heads(out, hkv, group)
     a = node.attrs
-    visible = np.broadcast_to(b.ins[3], scores.shape) if a["mask"] == "custom" else np.empty((0,) * 4, np.bool_)
-    bias = np.broadcast_to(b.ins[3], scores.shape) if a["mask"] == "bias" else np.empty((0,) * 4, q.dtype)
-    scalar = q.dtype.type
-    args = (scores, scalar(a["scale"]), scalar(a["softcap"] or 0), _MASK_MODES[a["mask"]], a["window"] or 0,
-            visible, bias)
-    return [Call(np.matmul, (q5, kt5), {"out": s5}),
-            Call(specialize(library().attention_probs, *args), args),
-            Call(np.matmul, (s5, v5), {"out": o5})]
+    mode = a["mask"] if a["mask"] in _MASK_MODES else "none"
+    weights = (np.reshape(scores, (batch * hq, sq, sk), copy=False), q.dtype.type(a["scale"]), _MASK_MODES[mode],
+               a["window"] or 0)
+    calls = [Call(np.matmul, (q5, kt5), {"out": s5})]
+    if a["softcap"] is not None or a["mask"] in ("custom", "bias"):  # a separate pass, then plain weights
+        empty = np.empty((0,) * 4, np.bool_)
+        visible = np.broadcast_to(b.ins[3], scores.shape) if a["mask"] == "custom" else empty
+        bias = np.broadcast_to(b.ins[3], scores.shape) if a["mask"] == "bias" else empty.astype(q.dtype)
+        prepare = (scores, weights[1], q.dtype.type(a["softcap"] or 0), visible, bias)
+        calls.append(Call(specialize(library().attention_scores, *prepare), prepare))
+        weights = weights[:1] + (q.dtype.type(1),) + weights[2:]
+    calls.append(Call(specialize(library().attention_weights, *weights), weights))
+    calls.append(Call(np.matmul, (s5, v5), {"out": o5}))
+    return calls
 
 
 def _split_heads(x: np.ndarray, kv_heads: int, group: int) -> np.ndarray:
