@@ -227,3 +227,27 @@ def rows_source(program: Program, operands: tuple[Operand, ...], lead: int, trai
     lines += over_row([f"y[{', '.join(idx)}] = {centered} * scale * gamma[{col}]"
                        + (f" + beta[{col}]" if with_beta else "")])
     return _HEADER + "\n".join(lines) + "\n"
+
+
+def pool_source(is_max: bool, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int],
+                dtype: DType) -> str:
+    """``kernel(x, y)``: max or average pooling of ``x [N, C, H, W]`` into ``y`` with the
+    window geometry written into the code as constants (LLVM then vectorizes along the
+    output row). For windows that lie inside ``x`` -- no padding, no partial window."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    rows = [f"r{i} = x[n, c, oh * {sh} + {i * dh}]" for i in range(kh)]
+    loads = [f"r{i}[ow * {sw} + {j * dw}]" for i, j in taps]
+    if is_max:
+        acc = loads[0]
+        for term in loads[1:]:
+            acc = f"maximum({acc}, {term})"
+    else:
+        acc = f"({' + '.join(loads)}) / np.{dtype.np.name}({len(taps)})"
+    lines = [_DECORATOR, "def kernel(x, y):", "    batch, channels, out_h, out_w = y.shape",
+             "    for n in range(batch):", "        for c in range(channels):",
+             "            for oh in range(out_h):"]
+    lines += ["                " + r for r in rows]
+    lines += ["                row = y[n, c, oh]", "                for ow in range(out_w):",
+              f"                    row[ow] = {acc}"]
+    return _HEADER + "\n".join(lines) + "\n"

@@ -188,25 +188,28 @@ def rows_call(fusion: Fusion, norm: Node, gamma: np.ndarray, beta: np.ndarray | 
 
 
 def fused_scratch(step: Step, graph: Graph) -> list[Shape]:
-    """A norm's row buffer; the anchor's result when no output can hold it; conv's im2col."""
+    """A norm's row buffer; the anchor's result when no output can hold it; conv's own."""
     from .conv import conv_scratch
     scratch = []
     if step.norm is not None:
         x = graph.shape_of(step.norm.inputs[0])
         scratch.append(Shape((int(np.prod(x.dims[step.norm.attrs["axis"]:])),), x.dtype))
     if step.anchor is not None:
-        if _host_index(step, graph) is None:
+        if _anchor_target(step, graph) == "scratch":
             scratch.append(step.anchor.shape)
         if step.anchor.kind == "conv":
             scratch += conv_scratch(step.anchor, graph)
     return scratch
 
 
-def _host_index(step: Step, graph: Graph) -> int | None:
-    """The output whose buffer receives the anchor's result (same dims and dtype)."""
-    want = step.anchor.shape
-    candidates = [i for i, r in enumerate(step.outputs) if graph.shape_of(r) == want]
-    return candidates[-1] if candidates else None  # the last: a norm's output, when it fits
+def _anchor_target(step: Step, graph: Graph) -> int | str | None:
+    """Where the anchor writes its result: the index of an output of the same dims and
+    dtype, "scratch" (none fits), or None (a conv that leaves it in its own scratch)."""
+    from .conv import result_in_scratch
+    if step.anchor.kind == "conv" and result_in_scratch(step.anchor, graph):
+        return None
+    fits = [i for i, r in enumerate(step.outputs) if graph.shape_of(r) == step.anchor.shape]
+    return fits[-1] if fits else "scratch"  # the last: a norm's output, when it fits
 
 
 @kernel(FUSED, scratch=fused_scratch)
@@ -220,12 +223,11 @@ def fused_step(b: Bound):
             return calls
     scratch = list(b.scratch)
     buf = scratch.pop(0) if step.norm is not None else None
-    calls = []
-    anchor_result = None
+    calls, anchor_result = [], None
     if step.anchor is not None:
-        host = _host_index(step, graph)
-        anchor_result = b.outs[host] if host is not None else scratch.pop(0)
-        calls += _anchor_calls(step.anchor, [arrays[r] for r in step.anchor.inputs[:2]], anchor_result, scratch)
+        target = _anchor_target(step, graph)
+        out = scratch.pop(0) if target == "scratch" else (b.outs[target] if target is not None else None)
+        calls, anchor_result = _anchor_calls(step.anchor, [arrays[r] for r in step.anchor.inputs[:2]], out, scratch)
     fusion = _program(graph, step, arrays, anchor_result, b.outs)
     if step.norm is None:
         call = elementwise_call(fusion, step.elementwise[0].shape.dims)
@@ -239,11 +241,13 @@ def fused_step(b: Bound):
     return calls + ([call] if call is not None else [])
 
 
-def _anchor_calls(anchor: Node, ins: list[np.ndarray], out: np.ndarray, scratch: list[np.ndarray]) -> list[Call]:
+def _anchor_calls(anchor: Node, ins: list[np.ndarray], out: np.ndarray | None, scratch: list[np.ndarray]
+                  ) -> tuple[list[Call], np.ndarray]:
+    """The anchor's calls and the array holding its result."""
     from .conv import conv_calls
     from .linalg import matmul_calls
     if anchor.kind == "matmul":
-        return matmul_calls(ins[0], ins[1], out)
+        return matmul_calls(ins[0], ins[1], out), out
     return conv_calls(anchor, ins[0], ins[1], out, scratch)
 
 
