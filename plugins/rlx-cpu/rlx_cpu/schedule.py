@@ -3,8 +3,11 @@
 Most nodes are a step of their own. Fusion merges nodes into one ``fused`` step:
 
 * **elementwise groups** -- connected elementwise nodes (unary, binary, compare,
-  ``where``, ``cast``) with one output shape (their *domain*; inputs may broadcast)
-  become one generated numba kernel; group values used elsewhere are stored too;
+  ``where``, ``cast``) become one generated numba kernel that loops over the group's
+  *domain* (its largest shape; inputs broadcast to it). Group values used elsewhere
+  are stored too, so they must have the domain's shape; a smaller producer (a cast of
+  a mask, a scalar expression) joins only when nothing outside the group reads it,
+  and is then recomputed for every element of the domain;
 * an **anchor** -- a ``matmul`` or ``conv`` whose result only the group reads -- runs
   first and writes into the step's output buffer, which the group then updates in
   place (matmul + bias + activation, conv + relu, matmul + bias + residual add);
@@ -22,12 +25,14 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
+
 from rlx_core import DType, Graph, Node, Ref
 from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 
 from .jit.codegen import LEAF, ScalarOp, supports
 
-__all__ = ["Step", "FUSED", "ELEMENTWISE", "schedule", "scalar_op"]
+__all__ = ["Step", "FUSED", "ELEMENTWISE", "schedule", "scalar_op", "domain_of"]
 
 FUSED = "fused"
 SOURCE_KINDS = ("input", "param", "constant")
@@ -60,10 +65,24 @@ class Step:
         return self.nodes[0]
 
     @property
+    def domain(self) -> tuple[int, ...]:
+        """The dims a fused step's elementwise kernel loops over."""
+        return domain_of(self.elementwise)
+
+    @property
     def label(self) -> str:
         if len(self.nodes) == 1:
             return self.nodes[0].label
         return f"fused[{', '.join(n.label for n in self.nodes)}]"
+
+
+def domain_of(nodes: Iterable[Node]) -> tuple[int, ...]:
+    """The broadcast of the nodes' dims: the shape an elementwise group loops over."""
+    return domain_of_dims(*(n.shape.dims for n in nodes))
+
+
+def domain_of_dims(*dims: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(*dims))
 
 
 def scalar_op(graph: Graph, node: Node, args: tuple[int, ...]) -> ScalarOp:
@@ -92,6 +111,14 @@ class _Units:
             for r in n.inputs:
                 if r.node in self.consumers:
                     self.consumers[r.node].add(n.id)
+
+    def domain(self, unit: int) -> tuple[int, ...]:
+        return domain_of(self.members[unit])
+
+    def read_only_by(self, unit: int, reader: int, outputs: set[Ref]) -> bool:
+        """Are ``unit``'s values read by ``reader`` (or itself) only, none a graph output?"""
+        return all(Ref(n.id) not in outputs and all(self.unit_of[c] in (unit, reader) for c in self.consumers[n.id])
+                   for n in self.members[unit])
 
     def successors(self, unit: int) -> set[int]:
         return {self.unit_of[c] for n in self.members[unit] for c in self.consumers[n.id]} - {unit}
@@ -136,16 +163,21 @@ def schedule(graph: Graph, overridden: Iterable[str] = (), fuse: bool = True) ->
     anchor_of: dict[int, Node] = {}
     norm_of: dict[int, Node] = {}
 
-    for n in nodes:  # elementwise groups: join producers of the same domain
+    outputs = set(graph.outputs)
+    for n in nodes:  # elementwise groups: join producers of the same domain, or smaller private ones
         if n.id not in fusible or not fuse:
             continue
         for r in n.inputs:
             p = graph.nodes[r.node]
-            if p.id in fusible and p.shape.dims == n.shape.dims:
-                units.merge(units.unit_of[p.id], units.unit_of[n.id])
+            if p.id not in fusible:
+                continue
+            producer, consumer = units.unit_of[p.id], units.unit_of[n.id]
+            smaller = domain_of_dims(units.domain(producer), units.domain(consumer)) == units.domain(consumer)
+            if units.domain(producer) == units.domain(consumer) or \
+                    (smaller and units.read_only_by(producer, consumer, outputs)):
+                units.merge(producer, consumer)
     groups = {units.unit_of[i] for i in fusible}
 
-    outputs = set(graph.outputs)
     for unit in sorted(groups) if fuse else ():
         anchor = _anchor_candidate(graph, units, unit, outputs, overridden)
         if anchor is not None and units.merge(unit, units.unit_of[anchor.id]) is not None:
@@ -154,7 +186,7 @@ def schedule(graph: Graph, overridden: Iterable[str] = (), fuse: bool = True) ->
         if m.kind in NORM_KINDS and m.kind not in overridden and m.shape.dtype in FUSED_FLOATS:
             producer = units.unit_of.get(m.inputs[0].node)
             if producer in groups and producer not in norm_of and \
-                    graph.shape_of(m.inputs[0]).dims == _domain(units, producer, fusible):
+                    graph.shape_of(m.inputs[0]).dims == units.domain(producer):
                 if units.merge(producer, units.unit_of[m.id]) is not None:
                     norm_of[producer] = m
 
@@ -162,14 +194,10 @@ def schedule(graph: Graph, overridden: Iterable[str] = (), fuse: bool = True) ->
             for u in _topological(units)]
 
 
-def _domain(units: _Units, unit: int, fusible: set[int]) -> tuple[int, ...]:
-    return next(n.shape.dims for n in units.members[unit] if n.id in fusible)
-
-
 def _anchor_candidate(graph: Graph, units: _Units, unit: int, outputs: set[Ref], overridden) -> Node | None:
     """A matmul / conv feeding only this group, with the group's domain and a float dtype."""
     members = {n.id for n in units.members[unit]}
-    domain = units.members[unit][0].shape.dims
+    domain = units.domain(unit)
     for n in units.members[unit]:
         for r in n.inputs:
             a = graph.nodes[r.node]

@@ -230,7 +230,7 @@ def fused_step(b: Bound):
         calls, anchor_result = _anchor_calls(step.anchor, [arrays[r] for r in step.anchor.inputs[:2]], out, scratch)
     fusion = _program(graph, step, arrays, anchor_result, b.outs)
     if step.norm is None:
-        call = elementwise_call(fusion, step.elementwise[0].shape.dims)
+        call = elementwise_call(fusion, step.domain)
         return calls + ([call] if call is not None else [])
     norm = step.norm
     gamma = arrays[norm.inputs[1]]
@@ -267,7 +267,7 @@ def split_unprofitable(graph: Graph, steps: list[Step]) -> list[Step]:
 def _measurable(graph: Graph, s: Step) -> bool:
     if s.kind != FUSED or s.anchor is not None or s.norm is not None or len(s.elementwise) < 2:
         return False
-    if int(np.prod(s.elementwise[0].shape.dims)) < MEASURE_MIN_ELEMENTS:
+    if int(np.prod(s.domain)) < MEASURE_MIN_ELEMENTS:
         return False
     return all(direct_calls(n, [np.empty((), graph.shape_of(r).dtype.np) for r in n.inputs],
                             np.empty((), n.shape.dtype.np)) is not None for n in s.elementwise)
@@ -288,10 +288,10 @@ def _faster_unfused(graph: Graph, s: Step) -> bool:
     fused_outs = [np.empty(graph.shape_of(r).dims, graph.shape_of(r).dtype.np) for r in s.outputs]
     fusion = _program(graph, s, values, None, fused_outs)
     key = hashlib.sha256(repr((fusion.program, [(a.shape, a.dtype.str) for a in fusion.operands],
-                               s.elementwise[0].shape.dims)).encode()).hexdigest()[:24]
+                               s.domain)).encode()).hexdigest()[:24]
     decided = _decisions.get(key)
     if decided is None:
-        fused = [elementwise_call(fusion, s.elementwise[0].shape.dims)]
+        fused = [elementwise_call(fusion, s.domain)]
         separate = []
         for n in s.elementwise:
             values[Ref(n.id)] = np.empty(n.shape.dims, n.shape.dtype.np)
