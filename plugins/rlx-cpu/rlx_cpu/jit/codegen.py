@@ -1,10 +1,12 @@
 """Source code of fused kernels, generated from a small program of scalar ops.
 
 A fused group of elementwise nodes becomes a :class:`Program`: a list of
-:class:`ScalarOp` (leaves load an operand, the others apply an elementwise op kind to
-earlier ops) plus the ops written to the outputs. The program carries no node ids and
-no constant values (constants are operands), so the same computation anywhere -- in
-this graph or another -- produces the same source, which is compiled once and cached.
+:class:`ScalarOp` (leaves load an operand, constants read a scalar from a packed
+array, the others apply an elementwise op kind to earlier ops) plus the ops written to
+the outputs. The program carries no node ids and no constant values (scalar constants
+are packed into one small array per dtype, passed like an operand), so the same
+computation anywhere -- in this graph or another -- produces the same source, which is
+compiled once and cached, and a call unboxes few arrays.
 
 Two kernel shapes:
 
@@ -25,10 +27,11 @@ from typing import Any
 
 from rlx_core import DType
 
-__all__ = ["ScalarOp", "Program", "Operand", "LEAF", "FUSIBLE_DTYPES", "supports", "elementwise_source",
-           "rows_source"]
+__all__ = ["ScalarOp", "Program", "Operand", "LEAF", "CONSTANT", "FUSIBLE_DTYPES", "supports",
+           "elementwise_source", "rows_source", "pool_source"]
 
 LEAF = "leaf"
+CONSTANT = "constant"  # args: (pack, element) -- element ``element`` of constant pack ``pack``
 FUSIBLE_DTYPES = frozenset({DType.F32, DType.F64, DType.I8, DType.I16, DType.I32, DType.I64, DType.U8,
                             DType.U32, DType.BOOL})
 
@@ -73,8 +76,9 @@ class Program:
     outputs: tuple[int, ...]  # the op written to each output operand, in order
 
     @property
-    def n_operands(self) -> int:
-        return 1 + max((op.args[0] for op in self.ops if op.kind == LEAF), default=-1)
+    def packs(self) -> list[str]:
+        """Parameter names of the constant packs, in order."""
+        return [f"c{p}" for p in range(1 + max((op.args[0] for op in self.ops if op.kind == CONSTANT), default=-1))]
 
 
 # --- scalar expressions -------------------------------------------------------------------
@@ -139,6 +143,9 @@ def _op_lines(program: Program, load) -> list[str]:
         if op.kind == LEAF:
             lines.append(f"v{i} = {load(op.args[0])}")
             continue
+        if op.kind == CONSTANT:
+            lines.append(f"v{i} = c{op.args[0]}[{op.args[1]}]")
+            continue
         args = [f"v{j}" for j in op.args]
         expr = _expression(op, args, [program.ops[j].dtype for j in op.args])
         cast = "bool" if op.dtype is DType.BOOL else f"np.{op.dtype.np.name}"
@@ -172,13 +179,13 @@ def _loop_nest(indices: list[str], extents: list[str], indent: str) -> tuple[lis
 
 
 def elementwise_source(program: Program, operands: tuple[Operand, ...], rank: int) -> str:
-    """``kernel(a0, ..., o0, ...)``: every output element from the inputs' elements.
+    """``kernel(a0, ..., c0, ..., o0, ...)``: every output element from the inputs' elements.
 
     Outputs have ``rank`` axes (>= 1); ``operands`` say how each input is read.
     """
     outs = [f"o{k}" for k in range(len(program.outputs))]
     idx, extents = [f"i{d}" for d in range(rank)], [f"n{d}" for d in range(rank)]
-    lines = [_DECORATOR, f"def kernel({', '.join(_params(operands) + outs)}):",
+    lines = [_DECORATOR, f"def kernel({', '.join(_params(operands) + program.packs + outs)}):",
              f"    {', '.join(extents)}, = o0.shape"]
     loops, indent = _loop_nest(idx, extents, "    ")
     body = _op_lines(program, _loader(operands, idx))
@@ -188,7 +195,7 @@ def elementwise_source(program: Program, operands: tuple[Operand, ...], rank: in
 
 def rows_source(program: Program, operands: tuple[Operand, ...], lead: int, trail: int, norm: str,
                 with_beta: bool) -> str:
-    """``kernel(a0, ..., o0, ..., gamma, beta, buf, eps, y)``: ``y`` is ``norm`` of the
+    """``kernel(a0, ..., c0, ..., o0, ..., gamma, beta, buf, eps, y)``: ``y`` is ``norm`` of the
     program's LAST output over the ``trail`` innermost axes (after ``lead`` outer ones).
 
     The program's other outputs are stored as well (values used elsewhere). ``norm`` is
@@ -214,7 +221,8 @@ def rows_source(program: Program, operands: tuple[Operand, ...], lead: int, trai
     x = f"v{program.outputs[-1]}"
     centered = f"(buf[{col}] - mean)" if norm == "layer_norm" else f"buf[{col}]"
     head, indent = _loop_nest(idx[:lead], extents[:lead], "    ")
-    lines = [_ROWS_DECORATOR, f"def kernel({', '.join(_params(operands) + stored)}, gamma, beta, buf, eps, y):",
+    lines = [_ROWS_DECORATOR,
+             f"def kernel({', '.join(_params(operands) + program.packs + stored)}, gamma, beta, buf, eps, y):",
              f"    {', '.join(extents)}, = y.shape",
              f"    inv_cols = 1.0 / max({' * '.join(extents[lead:]) or '1'}, 1)"] + head
     lines += [indent + "total = 0.0"]

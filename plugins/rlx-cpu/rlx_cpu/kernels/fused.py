@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -29,7 +29,7 @@ from rlx_core import DType, Graph, Node, Ref, Shape
 
 from ..cache import Decisions
 from ..jit import generated_kernel, specialize
-from ..jit.codegen import LEAF, Operand, Program, ScalarOp, elementwise_source, rows_source
+from ..jit.codegen import CONSTANT, LEAF, Operand, Program, ScalarOp, elementwise_source, rows_source
 from ..schedule import FUSED, Step, scalar_op
 from . import Bound, Call, kernel
 from .elementwise import direct_calls
@@ -110,12 +110,14 @@ class Fusion:
     program: Program
     operands: list[np.ndarray]
     outputs: list[np.ndarray]  # arrays of the program's outputs (a norm's input: none)
+    packs: list[np.ndarray] = field(default_factory=list)  # the scalar constants, one array per dtype
 
 
 def _program(graph: Graph, step: Step, arrays: dict[Ref, np.ndarray], anchor_result: np.ndarray | None,
              outputs: list[np.ndarray]) -> Fusion:
     ops: list[ScalarOp] = []
     operands: list[np.ndarray] = []
+    packs: dict[np.dtype, list] = {}  # dtype -> scalar constants
     op_of: dict[Ref, int] = {}
     leaf_of: dict[int, int] = {}  # id(array) -> op
 
@@ -123,6 +125,18 @@ def _program(graph: Graph, step: Step, arrays: dict[Ref, np.ndarray], anchor_res
         if id(a) not in leaf_of:
             ops.append(ScalarOp(LEAF, (len(operands),), DType.of(a.dtype)))
             operands.append(a)
+            leaf_of[id(a)] = len(ops) - 1
+        return leaf_of[id(a)]
+
+    def value(r: Ref) -> int:
+        """The op reading value ``r``: a scalar constant from its pack, else a leaf."""
+        a = arrays[r]
+        if graph.nodes[r.node].kind != "constant" or a.size != 1:
+            return leaf(a)
+        if id(a) not in leaf_of:
+            pack = packs.setdefault(a.dtype, [])
+            ops.append(ScalarOp(CONSTANT, (list(packs).index(a.dtype), len(pack)), DType.of(a.dtype)))
+            pack.append(a.reshape(()))
             leaf_of[id(a)] = len(ops) - 1
         return leaf_of[id(a)]
 
@@ -135,14 +149,15 @@ def _program(graph: Graph, step: Step, arrays: dict[Ref, np.ndarray], anchor_res
                                 step.anchor.shape.dtype))
             op_of[Ref(step.anchor.id)] = len(ops) - 1
     for n in step.elementwise:
-        args = tuple(op_of[r] if r in op_of else leaf(arrays[r]) for r in n.inputs)
+        args = tuple(op_of[r] if r in op_of else value(r) for r in n.inputs)
         ops.append(scalar_op(graph, n, args))
         op_of[Ref(n.id)] = len(ops) - 1
     stored = [r for r in step.outputs if step.norm is None or r.node != step.norm.id]
     written = [op_of[r] for r in stored]
     if step.norm is not None:
         written.append(op_of[step.norm.inputs[0]])
-    return Fusion(Program(tuple(ops), tuple(written)), operands, outputs[:len(stored)])
+    return Fusion(Program(tuple(ops), tuple(written)), operands, outputs[:len(stored)],
+                  [np.array(values, dtype) for dtype, values in packs.items()])
 
 
 # --- calls ----------------------------------------------------------------------------------
@@ -157,7 +172,7 @@ def elementwise_call(fusion: Fusion, domain: tuple[int, ...]) -> Call | None:
     operands, ins = _operands(fusion.operands, layout.strides[:n_in], layout, fusion.outputs,
                               [f"o{k}" for k in range(len(outs))])
     source = elementwise_source(fusion.program, operands, len(layout.dims))
-    args = tuple(ins) + tuple(outs)
+    args = tuple(ins) + tuple(fusion.packs) + tuple(outs)
     return Call(specialize(generated_kernel(source), *args), args)
 
 
@@ -183,7 +198,8 @@ def rows_call(fusion: Fusion, norm: Node, gamma: np.ndarray, beta: np.ndarray | 
     operands, ins = _operands(fusion.operands, layout.strides[:n_in], layout, fusion.outputs + [y], names)
     lead, trail = layout.segment_ranks
     source = rows_source(fusion.program, operands, lead, trail, norm.kind, beta is not None)
-    args = tuple(ins) + tuple(outs[:-1]) + (flat_gamma, flat_beta, buf, float(norm.attrs["eps"]), outs[-1])
+    args = tuple(ins) + tuple(fusion.packs) + tuple(outs[:-1]) + \
+        (flat_gamma, flat_beta, buf, float(norm.attrs["eps"]), outs[-1])
     return Call(specialize(generated_kernel(source), *args), args)
 
 
