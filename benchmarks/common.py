@@ -4,11 +4,13 @@
   ``sys.path``, so a benchmark measures the code next to it, not an installed copy.
 * ``sample(fn)`` times repeated calls after a warm-up; ``summary`` reduces the
   samples to median and spread; ``median_of`` combines the medians of several rounds.
-* ``in_subprocess(script, *args)`` runs ``script --worker <json args>`` in a fresh
-  interpreter and returns the JSON its worker printed last: each runtime runs alone in
-  its own process (no two thread pools competing, no state left over from another
-  library), and running every runtime once per *round*, several rounds, spreads the
-  load other processes put on the machine evenly over all of them.
+* ``Worker(script)`` keeps ``script --serve`` running in its own interpreter and calls
+  its handlers by name (JSON over stdin/stdout). A benchmark gives each runtime its
+  own worker (no two thread pools in one process, no state left over from another
+  library) and asks them in turn for short bursts of timed runs, many rounds: load
+  that other processes put on the machine then falls on every runtime alike.
+* ``in_subprocess(script, *args)`` runs ``script --worker <json args>`` once in a fresh
+  interpreter (for what must start cold, such as compile times) and returns its JSON.
 * ``write_results(name, data, markdown)`` writes ``results/<name>.json`` and
   ``results/<name>.md``; ``update_readme.py`` copies the markdown into the README.
 * ``machine()`` describes the host (CPU, cores, library versions, BLAS).
@@ -28,8 +30,8 @@ from typing import Any, Callable, Iterable, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
-__all__ = ["ROOT", "RESULTS", "use_checkout", "sample", "summary", "median_of", "in_subprocess", "worker_main",
-           "write_results", "markdown_table", "machine", "progress"]
+__all__ = ["ROOT", "RESULTS", "use_checkout", "sample", "summary", "median_of", "Worker", "in_subprocess",
+           "worker_main", "write_results", "markdown_table", "machine", "progress"]
 
 
 def use_checkout() -> None:
@@ -81,16 +83,52 @@ def in_subprocess(script: Path, *args: Any, env: dict[str, str] | None = None, t
     return json.loads(lines[-1])
 
 
+class Worker:
+    """``script --serve`` in a child process; ``call(name, *args)`` runs its handler."""
+
+    def __init__(self, script: Path, env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen([sys.executable, str(script), "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+    def call(self, name: str, *args: Any) -> Any:
+        self.proc.stdin.write(json.dumps([name, *args]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker died during {name}{args} (exit {self.proc.wait()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"worker failed in {name}{args}:\n{reply['error']}")
+        return reply["result"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def worker_main(handlers: dict[str, Callable[..., Any]]) -> bool:
-    """If this process was started by ``in_subprocess``, run the handler named by the
-    first argument and print its JSON result; returns whether it did."""
-    if len(sys.argv) < 3 or sys.argv[1] != "--worker":
-        return False
-    name, *args = json.loads(sys.argv[2])
-    result = handlers[name](*args)
-    sys.stdout.flush()
-    print(json.dumps(result))
-    return True
+    """Serve ``handlers`` if this process is a ``Worker`` (``--serve``) or an
+    ``in_subprocess`` run (``--worker``); returns whether it was one."""
+    if len(sys.argv) >= 3 and sys.argv[1] == "--worker":
+        name, *args = json.loads(sys.argv[2])
+        result = handlers[name](*args)
+        sys.stdout.flush()
+        print(json.dumps(result))
+        return True
+    if len(sys.argv) >= 2 and sys.argv[1] == "--serve":
+        import traceback
+        replies = sys.stdout
+        sys.stdout = sys.stderr  # whatever handlers print must not garble the replies
+        for line in sys.stdin:
+            name, *args = json.loads(line)
+            try:
+                reply = {"result": handlers[name](*args)}
+            except Exception:  # noqa: BLE001 -- reported to the driver, which raises
+                reply = {"error": traceback.format_exc()}
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
+        return True
+    return False
 
 
 def progress(message: str) -> None:
@@ -113,10 +151,12 @@ def write_results(name: str, data: dict, markdown: str) -> tuple[Path, Path]:
 
 
 def machine() -> dict[str, Any]:
-    """The host and the versions that matter for CPU numbers."""
+    """The host and the versions that matter for CPU numbers (and the current load)."""
     import numpy as np
     info: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
                             "cpus": os.cpu_count(), "numpy": np.__version__}
+    if hasattr(os, "getloadavg"):
+        info["load_average_1_5_15min"] = [round(v, 2) for v in os.getloadavg()]
     try:
         with open("/proc/cpuinfo") as f:
             info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))

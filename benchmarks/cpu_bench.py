@@ -1,7 +1,7 @@
 """rlx-cpu against onnxruntime, jax.jit and numpy eager on the standard models.
 
-    python benchmarks/cpu_bench.py            # ~3 minutes; writes results/cpu.{json,md}, updates README
-    python benchmarks/cpu_bench.py --rounds 1 --models elementwise_chain   # a quick look
+    python benchmarks/cpu_bench.py            # ~2-3 minutes; writes results/cpu.{json,md}, updates README
+    python benchmarks/cpu_bench.py --rounds 2 --models elementwise_chain   # a quick look
 
 Models (``rlx_core.models``): (a) MLP 784-512-512-10, batch 64; (b) transformer encoder
 block, d_model 256, 4 heads, seq 128, ffn 1024, batch 1; (c) small CNN on 1x3x64x64;
@@ -10,11 +10,14 @@ cold (empty kernel cache), warm (a second process, disk cache) and a CompileCach
 
 Every runtime computes the same graph with the same weights (``cpu_peers`` translates
 it) and its outputs are checked against the reference interpreter before timing. Each
-runtime runs in its own process, once per round; the reported latency is the median
-over rounds of each round's median. Threads: 2 everywhere (onnxruntime intra-op
-threads, numpy's OpenBLAS; XLA's CPU client uses all cores of this 2-core machine).
-The run also measures the CompiledGraph.run wrapper's share of (d) and tracemalloc's
-count of bytes allocated by a steady-state run of (b).
+runtime lives in its own worker process; the driver asks them in turn (the order
+rotating every round) for a short burst of timed runs of one model, for many rounds,
+so that load from other processes falls on every runtime alike. The reported latency
+is the median over rounds of each burst's median. Threads: 2 everywhere (onnxruntime
+intra-op threads, numpy's OpenBLAS; XLA's CPU client uses all cores of this 2-core
+machine; rlx-cpu picks 1 or 2 BLAS threads per matmul by measurement). The run also
+measures the CompiledGraph.run wrapper's share of (d) and tracemalloc's count of
+bytes allocated by a steady-state run of (b).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import (ROOT, in_subprocess, machine, markdown_table, median_of, progress, sample, summary,
+from common import (ROOT, Worker, in_subprocess, machine, markdown_table, median_of, progress, sample, summary,
                     use_checkout, worker_main, write_results)
 
 SCRIPT = Path(__file__).resolve()
@@ -52,21 +55,34 @@ def _runner(runtime: str, graph, params):
     return PEERS[runtime](graph, params, THREADS)
 
 
-def latency_worker(runtime: str, names: list[str], budget_s: float) -> dict:
-    """Check then time ``runtime`` on each model; rlx-cpu adds its own diagnostics."""
+class _Runtime:
+    """A worker's state: one runtime's runner and inputs for every model."""
+
+    runs: dict = {}
+
+
+def setup_worker(runtime: str, names: list[str]) -> str:
+    """Build ``runtime``'s runner for each model and check it against the reference."""
     use_checkout()
     from rlx_core import evaluate, models
-    out = {}
     for name in names:
         graph, params = models.MODELS[name]()
         inputs = models.example_inputs(graph)
         run = _runner(runtime, graph, params)
         got, want = np.asarray(run(inputs)[0]), evaluate(graph, inputs, params)[0]
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{runtime} on {name}")
-        out[name] = summary(sample(lambda: run(inputs), budget_s=budget_s))
-    if runtime == "rlx-cpu":
-        out["diagnostics"] = _rlx_diagnostics(names, budget_s)
-    return out
+        _Runtime.runs[name] = (run, inputs)
+    return runtime
+
+
+def burst_worker(name: str, budget_s: float) -> dict:
+    """One burst of timed runs of model ``name``."""
+    run, inputs = _Runtime.runs[name]
+    return summary(sample(lambda: run(inputs), warmup=3, min_runs=5, budget_s=budget_s))
+
+
+def diagnostics_worker(names: list[str], budget_s: float) -> dict:
+    return _rlx_diagnostics(names, budget_s)
 
 
 def _rlx_diagnostics(names: list[str], budget_s: float) -> dict:
@@ -139,23 +155,35 @@ def compile_worker(phase: str) -> dict:
 
 # --- driver -----------------------------------------------------------------------------------
 def measure(names: list[str], rounds: int, budget_s: float) -> dict:
-    per_round: dict[str, list[dict]] = {r: [] for r in RUNTIMES}
-    for k in range(rounds):
+    workers = {}
+    try:
         for runtime in RUNTIMES:
-            progress(f"round {k + 1}/{rounds}: {runtime} ...")
-            per_round[runtime].append(in_subprocess(SCRIPT, "latency", runtime, names, budget_s))
+            progress(f"starting {runtime}: building and checking {len(names)} models ...")
+            workers[runtime] = Worker(SCRIPT)
+            workers[runtime].call("setup", runtime, names)
+        bursts: dict[str, dict[str, list[dict]]] = {n: {r: [] for r in RUNTIMES} for n in names}
+        for k in range(rounds):
+            progress(f"round {k + 1}/{rounds}")
+            order = RUNTIMES[k % len(RUNTIMES):] + RUNTIMES[:k % len(RUNTIMES)]
+            for name in names:
+                for runtime in order:
+                    bursts[name][runtime].append(workers[runtime].call("burst", name, budget_s))
+        diagnostics = workers["rlx-cpu"].call("diagnostics", names, budget_s)
+    finally:
+        for w in workers.values():
+            w.close()
     compile_rounds = []
-    for k in range(rounds):
+    for k in range(3):
         with tempfile.TemporaryDirectory(prefix="rlx-bench-cache-") as cache:
             env = {"XDG_CACHE_HOME": cache}
-            progress(f"round {k + 1}/{rounds}: compile time, cold and warm ...")
+            progress(f"compile time {k + 1}/3: cold and warm ...")
             compile_rounds.append({phase: in_subprocess(SCRIPT, "compile", phase, env=env)
                                    for phase in ("cold", "warm")})
-    return {"per_round": per_round, "compile_rounds": compile_rounds}
+    return {"bursts": bursts, "compile_rounds": compile_rounds, "diagnostics": diagnostics}
 
 
 def aggregate(raw: dict, names: list[str]) -> dict:
-    latency = {name: {rt: median_of(r[name]["median_us"] for r in raw["per_round"][rt]) for rt in RUNTIMES}
+    latency = {name: {rt: median_of(b["median_us"] for b in raw["bursts"][name][rt]) for rt in RUNTIMES}
                for name in names}
     ratios = {name: {rt: latency[name]["rlx-cpu"] / latency[name][rt] for rt in RUNTIMES if rt != "rlx-cpu"}
               for name in names}
@@ -167,8 +195,7 @@ def aggregate(raw: dict, names: list[str]) -> dict:
         "numba_start_warm": median_of(r["warm"]["numba_start_ms"] for r in raw["compile_rounds"]),
         "import": median_of(r["warm"]["import_ms"] for r in raw["compile_rounds"]),
     }
-    diagnostics = raw["per_round"]["rlx-cpu"][-1].get("diagnostics", {})
-    return {"latency_us": latency, "ratio_vs": ratios, "compile_ms": compile_ms, "diagnostics": diagnostics}
+    return {"latency_us": latency, "ratio_vs": ratios, "compile_ms": compile_ms, "diagnostics": raw["diagnostics"]}
 
 
 def render(results: dict, names: list[str]) -> str:
@@ -205,15 +232,16 @@ def render(results: dict, names: list[str]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per model and round")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--budget", type=float, default=0.3, help="seconds of timed runs per burst")
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--no-readme", action="store_true", help="do not update the README table")
     args = parser.parse_args()
     names = [n for n in args.models.split(",") if n]
+    load_before = machine().get("load_average_1_5_15min")
     raw = measure(names, args.rounds, args.budget)
     results = aggregate(raw, names)
-    results.update(machine=machine(), rounds=args.rounds, threads=THREADS, raw=raw)
+    results.update(machine=machine(), load_average_before=load_before, rounds=args.rounds, threads=THREADS, raw=raw)
     markdown = render(results, names)
     json_path, md_path = write_results("cpu", results, markdown)
     print(markdown)
@@ -225,5 +253,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONWARNINGS", "ignore::UserWarning")
-    if not worker_main({"latency": latency_worker, "compile": compile_worker}):
+    if not worker_main({"setup": setup_worker, "burst": burst_worker, "diagnostics": diagnostics_worker,
+                        "compile": compile_worker}):
         main()

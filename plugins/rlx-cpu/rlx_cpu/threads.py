@@ -11,8 +11,10 @@ with the kernel cache (keyed by the call's shapes and strides), so the measureme
 happens once per machine and shape.
 
 A run switches the count (through threadpoolctl's controller, one OpenBLAS call) where
-it changes and restores the default at the end; ``RLX_CPU_BLAS_THREADS=default`` turns
-the choice off. Without OpenBLAS (another BLAS, or no threadpoolctl to find
+it changes and restores the default at the end. ``RLX_CPU_BLAS_THREADS`` overrides the
+choice: ``default`` (numpy's count everywhere) or a number (that count everywhere).
+The stored choices reflect the load when they were measured; delete ``decisions.json``
+in the kernel cache to measure again. Without OpenBLAS (another BLAS, or no threadpoolctl to find
 it) nothing is switched.
 """
 from __future__ import annotations
@@ -60,8 +62,11 @@ def blas_threads() -> BlasThreads | None:
 def choose_threads(fn: Callable, args: tuple, kwargs: dict) -> int:
     """The thread count to run the BLAS call ``fn(*args, **kwargs)`` with."""
     control = blas_threads()
-    if control is None or os.environ.get("RLX_CPU_BLAS_THREADS") == "default":
+    forced = os.environ.get("RLX_CPU_BLAS_THREADS", "")
+    if control is None or forced == "default":
         return control.default if control else 1
+    if forced.isdigit():
+        return max(1, int(forced))
     arrays = [a for a in (*args, *kwargs.values()) if isinstance(a, np.ndarray)]
     key = "threads:" + hashlib.sha256(repr([(a.shape, a.strides, a.dtype.str) for a in arrays]).encode()
                                       ).hexdigest()[:24]
@@ -73,7 +78,9 @@ def choose_threads(fn: Callable, args: tuple, kwargs: dict) -> int:
 
 
 def _measure(control: BlasThreads, call: Callable[[], None], pairs: int = 5) -> int:
-    """Alternate one-thread and default-thread timings; more threads if they win clearly."""
+    """Alternate one-thread and default-thread timings; more threads only if their median
+    beats one thread's clearly. A multi-threaded run slower than 3 single-threaded ones
+    (the cores are contended) ends the measurement at once."""
     one, many = [], []
     try:
         for _ in range(pairs):
@@ -83,6 +90,8 @@ def _measure(control: BlasThreads, call: Callable[[], None], pairs: int = 5) -> 
                 t0 = time.perf_counter()
                 call()
                 times.append(time.perf_counter() - t0)
+            if many[-1] > 3 * one[-1]:
+                return 1
     finally:
         control.set(control.default)
     return control.default if np.median(many) <= _MARGIN * np.median(one) else 1

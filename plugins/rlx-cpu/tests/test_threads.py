@@ -58,3 +58,10 @@ def test_environment_turns_the_choice_off(monkeypatch):
     monkeypatch.setattr(threads, "_measure", lambda *_: pytest.fail("measured"))
     a = np.ones((8, 8), np.float32)
     assert threads.choose_threads(np.matmul, (a, a), {"out": np.empty_like(a)}) == control.default
+
+
+def test_environment_can_force_a_count(monkeypatch):
+    monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "1")
+    monkeypatch.setattr(threads, "_measure", lambda *_: pytest.fail("measured"))
+    a = np.ones((8, 8), np.float32)
+    assert threads.choose_threads(np.matmul, (a, a), {"out": np.empty_like(a)}) == 1
