@@ -156,10 +156,11 @@ def compile_worker(phase: str) -> dict:
 # --- driver -----------------------------------------------------------------------------------
 def measure(names: list[str], rounds: int, budget_s: float) -> dict:
     workers = {}
+    cache = tempfile.TemporaryDirectory(prefix="rlx-bench-cache-")  # rlx-cpu measures its choices afresh
     try:
         for runtime in RUNTIMES:
             progress(f"starting {runtime}: building and checking {len(names)} models ...")
-            workers[runtime] = Worker(SCRIPT)
+            workers[runtime] = Worker(SCRIPT, env={"XDG_CACHE_HOME": cache.name})
             workers[runtime].call("setup", runtime, names)
         bursts: dict[str, dict[str, list[dict]]] = {n: {r: [] for r in RUNTIMES} for n in names}
         for k in range(rounds):
@@ -172,6 +173,7 @@ def measure(names: list[str], rounds: int, budget_s: float) -> dict:
     finally:
         for w in workers.values():
             w.close()
+        cache.cleanup()
     compile_rounds = []
     for k in range(3):
         with tempfile.TemporaryDirectory(prefix="rlx-bench-cache-") as cache:

@@ -189,7 +189,7 @@ def plan_memory(graph: Graph, steps: list[Step], scratch: list[list], alignment:
         start, stop = first[key], last.get(key, first[key])
         size = _round_up(max(sizes[key], 1), alignment)
         offset = 0
-        for off, off_end, f, l in sorted(p for p in placed if not (p[3] < start or stop < p[2])):
+        for off, off_end, _, _ in sorted(p for p in placed if not (p[3] < start or stop < p[2])):
             if offset + size <= off:
                 break
             offset = max(offset, off_end)

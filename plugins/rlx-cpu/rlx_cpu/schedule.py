@@ -30,7 +30,7 @@ import numpy as np
 from rlx_core import DType, Graph, Node, Ref
 from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 
-from .jit.codegen import LEAF, ScalarOp, supports
+from .jit.codegen import ScalarOp, supports
 
 __all__ = ["Step", "FUSED", "ELEMENTWISE", "schedule", "scalar_op", "domain_of"]
 

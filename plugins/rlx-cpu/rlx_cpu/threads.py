@@ -1,21 +1,18 @@
-"""How many threads each BLAS call uses: decided by measurement, once per shape.
+"""How each BLAS call of a run uses the cores: decided by measurement, once per shape.
 
-numpy's OpenBLAS runs every GEMM on all cores. For the small GEMMs of inference
-(attention heads, batch-1 layers) a second thread gains little, and when the cores
-are shared with other processes it can cost a lot: OpenBLAS's threads wait for each
-other, and a GEMM that needs two scheduled threads stalls for whole scheduler time
-slices when one is not (we measured 100x on a loaded 2-core machine). So each BLAS
-call of a compiled graph is timed with one thread and with the default count, in
-alternation, and keeps more threads only if they win clearly. The choice is stored
-with the kernel cache (keyed by the call's shapes and strides), so the measurement
-happens once per machine and shape.
+numpy's OpenBLAS runs every GEMM on all cores, splitting it statically between its
+threads; when another process holds a core, such a GEMM stalls for whole scheduler
+time slices (we measured 10-100x on a loaded 2-core machine). So during a run
+OpenBLAS is kept on one thread, and each 2-D matmul is timed two ways the first time
+its shapes are compiled: as one single-threaded call, and as column blocks shared with
+a helper thread (``rlx_cpu.parallel``: two cores when both are free, one core -- not a
+stall -- when they are not). The faster way is kept; the choice is stored with the
+kernel cache, so the measurement happens once per machine and shape. Batched and
+smaller matmuls run single-threaded.
 
-A run switches the count (through threadpoolctl's controller, one OpenBLAS call) where
-it changes and restores the default at the end. ``RLX_CPU_BLAS_THREADS`` overrides the
-choice: ``default`` (numpy's count everywhere) or a number (that count everywhere).
-The stored choices reflect the load when they were measured; delete ``decisions.json``
-in the kernel cache to measure again. Without OpenBLAS (another BLAS, or no threadpoolctl to find
-it) nothing is switched.
+``RLX_CPU_BLAS_THREADS=openblas`` leaves every call to OpenBLAS's own threads (no
+switching, no helper); ``=1`` runs everything on one thread. Delete ``decisions.json``
+in the kernel cache to measure again.
 """
 from __future__ import annotations
 
@@ -24,74 +21,86 @@ import logging
 import os
 import time
 from functools import lru_cache
-from typing import Callable
 
 import numpy as np
 
 from .cache import Decisions
+from .kernels import Call
+from .parallel import matmul_blocks, shared_work
 
-__all__ = ["blas_threads", "choose_threads"]
+__all__ = ["BlasThreads", "blas_threads", "plan_blas_call"]
 
 log = logging.getLogger("rlx.cpu")
 _decisions = Decisions()
-_MARGIN = 0.85  # more threads must take at most this fraction of one thread's time
+_MARGIN = 0.85  # sharing must take at most this fraction of the single-threaded time
 
 
 class BlasThreads:
-    """numpy's OpenBLAS thread count: ``default`` and ``set(n)`` (about 2 us)."""
+    """The thread counts of every OpenBLAS in the process (numpy's, and scipy's, which
+    numba loads): ``set(n)`` sets them all, ``restore()`` gives each its own count back.
+    About 2 us per library."""
 
-    def __init__(self, set_threads: Callable[[int], None], default: int):
-        self.set = set_threads
-        self.default = default
+    def __init__(self, libraries):
+        self._libraries = [(lib.set_num_threads, lib.num_threads) for lib in libraries]
+
+    def set(self, n: int) -> None:
+        for set_threads, _ in self._libraries:
+            set_threads(n)
+
+    def restore(self) -> None:
+        for set_threads, default in self._libraries:
+            set_threads(default)
 
 
 @lru_cache(maxsize=1)
 def blas_threads() -> BlasThreads | None:
-    """Control of numpy's OpenBLAS threads, or None (not OpenBLAS, or only one core)."""
+    """Control of the OpenBLAS threads, or None (no multi-threaded OpenBLAS loaded)."""
+    import numpy  # noqa: F401  (its OpenBLAS must be loaded for threadpoolctl to see it)
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:
         return None
-    for lib in ThreadpoolController().lib_controllers:
-        if lib.internal_api == "openblas" and lib.num_threads > 1:
-            return BlasThreads(lib.set_num_threads, lib.num_threads)
-    log.info("rlx-cpu: no multi-threaded OpenBLAS found; BLAS thread counts are left alone")
-    return None
+    libraries = [lib for lib in ThreadpoolController().lib_controllers
+                 if lib.internal_api == "openblas" and lib.num_threads > 1]
+    if not libraries:
+        log.info("rlx-cpu: no multi-threaded OpenBLAS found; BLAS threads are left alone")
+        return None
+    return BlasThreads(libraries)
 
 
-def choose_threads(fn: Callable, args: tuple, kwargs: dict) -> int:
-    """The thread count to run the BLAS call ``fn(*args, **kwargs)`` with."""
+def plan_blas_call(call: Call) -> Call:
+    """``call`` (an ``np.matmul`` with ``out=``) as the run should make it: on one
+    OpenBLAS thread, or as blocks shared with the helper thread."""
     control = blas_threads()
-    forced = os.environ.get("RLX_CPU_BLAS_THREADS", "")
-    if control is None or forced == "default":
-        return control.default if control else 1
-    if forced.isdigit():
-        return max(1, int(forced))
-    arrays = [a for a in (*args, *kwargs.values()) if isinstance(a, np.ndarray)]
-    key = "threads:" + hashlib.sha256(repr([(a.shape, a.strides, a.dtype.str) for a in arrays]).encode()
-                                      ).hexdigest()[:24]
+    mode = os.environ.get("RLX_CPU_BLAS_THREADS", "")
+    if control is None or mode == "openblas":
+        return call
+    single = call._replace(threads=1)
+    blocks = matmul_blocks(*call.args, call.kwargs["out"]) if mode != "1" else None
+    if blocks is None:
+        return single
+    shared = Call(shared_work().run, (blocks,), threads=1)
+    arrays = [*call.args, call.kwargs["out"]]
+    key = "blas:" + hashlib.sha256(repr([(a.shape, a.strides, a.dtype.str) for a in arrays]).encode()
+                                   ).hexdigest()[:24]
     decided = _decisions.get(key)
     if decided is None:
-        decided = str(_measure(control, lambda: fn(*args, **kwargs)))
+        decided = "shared" if _shared_is_faster(control, single, shared) else "single"
         _decisions.set(key, decided)
-    return int(decided)
+    return shared if decided == "shared" else single
 
 
-def _measure(control: BlasThreads, call: Callable[[], None], pairs: int = 5) -> int:
-    """Alternate one-thread and default-thread timings; more threads only if their median
-    beats one thread's clearly. A multi-threaded run slower than 3 single-threaded ones
-    (the cores are contended) ends the measurement at once."""
-    one, many = [], []
+def _shared_is_faster(control: BlasThreads, single: Call, shared: Call, pairs: int = 5) -> bool:
+    """Alternate timings of both ways (OpenBLAS on one thread); compare the medians."""
+    times: dict[int, list[float]] = {id(single): [], id(shared): []}
+    control.set(1)
     try:
         for _ in range(pairs):
-            for n, times in ((1, one), (control.default, many)):
-                control.set(n)
-                call()
+            for c in (single, shared):
+                c.fn(*c.args, **c.kwargs)
                 t0 = time.perf_counter()
-                call()
-                times.append(time.perf_counter() - t0)
-            if many[-1] > 3 * one[-1]:
-                return 1
+                c.fn(*c.args, **c.kwargs)
+                times[id(c)].append(time.perf_counter() - t0)
     finally:
-        control.set(control.default)
-    return control.default if np.median(many) <= _MARGIN * np.median(one) else 1
+        control.restore()
+    return np.median(times[id(shared)]) <= _MARGIN * np.median(times[id(single)])

@@ -30,7 +30,8 @@ def test_peers_compute_the_same_model(peer, model):
 
 def test_readme_blocks_are_replaced_by_their_results_file(tmp_path):
     (tmp_path / "cpu.md").write_text("| a | b |\n")
-    text = "intro\n<!-- results:cpu -->\nold\n<!-- /results:cpu -->\n<!-- results:gpu -->\nkeep\n<!-- /results:gpu -->\n"
+    text = ("intro\n<!-- results:cpu -->\nold\n<!-- /results:cpu -->\n"
+            "<!-- results:gpu -->\nkeep\n<!-- /results:gpu -->\n")
     new, updated, missing = update_readme.render(text, tmp_path)
     assert new == ("intro\n<!-- results:cpu -->\n| a | b |\n<!-- /results:cpu -->\n"
                    "<!-- results:gpu -->\nkeep\n<!-- /results:gpu -->\n")

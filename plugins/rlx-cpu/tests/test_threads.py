@@ -1,67 +1,90 @@
-"""BLAS thread counts: chosen per call, switched during a run, restored after it."""
+"""BLAS calls: one OpenBLAS thread during runs (restored after), GEMMs shared with a
+helper thread where that measured faster."""
 import numpy as np
 import pytest
 
-from rlx_core import CompileOptions, models
+from rlx_core import CompileOptions, evaluate, models
 from rlx_cpu import threads
 from rlx_cpu.executable import CpuExecutable
+from rlx_cpu.kernels import Call
+from rlx_cpu.parallel import matmul_blocks, shared_work
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 control = threads.blas_threads()
-pytestmark = pytest.mark.skipif(control is None, reason="numpy's BLAS is not a multi-threaded OpenBLAS")
+needs_openblas = pytest.mark.skipif(control is None, reason="numpy's BLAS is not a multi-threaded OpenBLAS")
 
 
-def _openblas_threads() -> int:
-    return next(i["num_threads"] for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas")
+def _openblas_threads() -> list[int]:
+    return [i["num_threads"] for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
 
 
 def _mlp_executable(extra=None):
-    g, params = models.mlp(batch=4, sizes=(16, 8, 4))
+    g, params = models.mlp(batch=4, sizes=(16, 256, 4))
     exe = CpuExecutable(g, CompileOptions(), extra or {})
     for name, value in params.items():
         exe.set_param(name, value)
-    return exe, models.example_inputs(g)
+    return exe, g, params
 
 
-def test_one_thread_runs_restore_the_default(monkeypatch):
-    monkeypatch.setattr(threads._decisions, "get", lambda key: "1")
-    exe, inputs = _mlp_executable()
-    assert {c.threads for _, calls in exe._calls(exe._bind_views(exe._buffers)) for c in calls} >= {1}
-    exe.run(inputs)
-    assert _openblas_threads() == control.default
+def _matmul_call(m=8, k=16, n=256):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    return Call(np.matmul, (a, b), {"out": np.empty((m, n), np.float32)})
 
 
-def test_the_default_is_restored_when_a_run_fails(monkeypatch):
-    monkeypatch.setattr(threads._decisions, "get", lambda key: "1")
+def test_shared_blocks_compute_the_product():
+    call = _matmul_call(n=300)
+    blocks = matmul_blocks(*call.args, call.kwargs["out"])
+    assert len(blocks) == 4
+    for _ in range(3):
+        call.kwargs["out"][:] = np.nan
+        shared_work().run(blocks)
+        np.testing.assert_allclose(call.kwargs["out"], call.args[0] @ call.args[1], rtol=1e-5)
+    assert matmul_blocks(np.ones((2, 3)), np.ones((3, 64)), np.empty((2, 64))) is None  # too narrow
 
+
+@needs_openblas
+@pytest.mark.parametrize("decision", ["single", "shared"])
+def test_runs_are_correct_and_restore_openblas_threads(monkeypatch, decision):
+    monkeypatch.setattr(threads._decisions, "get", lambda key: decision)
+    exe, g, params = _mlp_executable()
+    calls = [c for _, cs in exe._calls(exe._bind_views(exe._buffers)) for c in cs if c.threads is not None]
+    assert calls and all(c.threads == 1 for c in calls)
+    assert any(c.fn == shared_work().run for c in calls) == (decision == "shared")
+    inputs = models.example_inputs(g)
+    before = _openblas_threads()
+    np.testing.assert_allclose(exe.run(inputs)[0], evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-5)
+    assert _openblas_threads() == before
+
+
+@needs_openblas
+def test_the_default_is_restored_when_a_run_fails():
     def broken(x):
         raise ValueError("kernel failure")
-    exe, inputs = _mlp_executable({"relu": broken})
+    exe, g, _ = _mlp_executable({"relu": broken})
+    before = _openblas_threads()
     with pytest.raises(ValueError, match="kernel failure"):
-        exe.run(inputs)
-    assert _openblas_threads() == control.default
+        exe.run(models.example_inputs(g))
+    assert _openblas_threads() == before
 
 
+@needs_openblas
 def test_choice_is_measured_once_and_stored(monkeypatch):
     stored = {}
     monkeypatch.setattr(threads._decisions, "get", stored.get)
     monkeypatch.setattr(threads._decisions, "set", stored.__setitem__)
-    a, b, out = np.ones((64, 64), np.float32), np.ones((64, 64), np.float32), np.empty((64, 64), np.float32)
-    first = threads.choose_threads(np.matmul, (a, b), {"out": out})
-    assert first in (1, control.default) and list(stored.values()) == [str(first)]
-    monkeypatch.setattr(threads, "_measure", lambda *_: pytest.fail("measured twice"))
-    assert threads.choose_threads(np.matmul, (a, b), {"out": out}) == first
+    call = _matmul_call()
+    first = threads.plan_blas_call(call)
+    assert list(stored.values()) in (["single"], ["shared"])
+    monkeypatch.setattr(threads, "_shared_is_faster", lambda *_: pytest.fail("measured twice"))
+    assert threads.plan_blas_call(call).fn == first.fn
 
 
-def test_environment_turns_the_choice_off(monkeypatch):
-    monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "default")
-    monkeypatch.setattr(threads, "_measure", lambda *_: pytest.fail("measured"))
-    a = np.ones((8, 8), np.float32)
-    assert threads.choose_threads(np.matmul, (a, a), {"out": np.empty_like(a)}) == control.default
-
-
-def test_environment_can_force_a_count(monkeypatch):
+@needs_openblas
+def test_environment_overrides(monkeypatch):
+    monkeypatch.setattr(threads, "_shared_is_faster", lambda *_: pytest.fail("measured"))
+    call = _matmul_call()
+    monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "openblas")
+    assert threads.plan_blas_call(call) == call
     monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "1")
-    monkeypatch.setattr(threads, "_measure", lambda *_: pytest.fail("measured"))
-    a = np.ones((8, 8), np.float32)
-    assert threads.choose_threads(np.matmul, (a, a), {"out": np.empty_like(a)}) == 1
+    assert threads.plan_blas_call(call) == call._replace(threads=1)

@@ -35,7 +35,7 @@ def attention_step(b: Bound):
     q, k, v = b.ins[:3]
     out, scores = b.outs[0], b.scratch[0]
     batch, hq, sq, d = q.shape
-    hkv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
+    hkv, sk = k.shape[1], k.shape[2]
     group = hq // hkv
     q5 = _split_heads(q, hkv, group)  # query head h uses kv head h // group
     kt5 = _split_heads(k, hkv, 1).swapaxes(-1, -2)
