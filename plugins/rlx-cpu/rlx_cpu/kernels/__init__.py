@@ -103,4 +103,4 @@ def fallback_kinds(kinds) -> list[str]:
     return sorted(k for k in kinds if k not in KERNELS)
 
 
-from . import conv, elementwise, fused, linalg, movement, nn, reduce  # noqa: E402,F401  (register builders)
+from . import conv, elementwise, fft, fused, linalg, movement, nn, reduce  # noqa: E402,F401  (register builders)
