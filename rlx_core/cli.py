@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cli_run import cmd_run, setup_run
+
 __all__ = ["main", "COMMANDS"]
 
 
@@ -39,6 +41,7 @@ def cmd_demo(args) -> int:
 COMMANDS = {
     "devices": (cmd_devices, _setup_devices),
     "demo": (cmd_demo, _setup_demo),
+    "run": (cmd_run, setup_run),
 }
 
 

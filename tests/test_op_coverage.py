@@ -6,7 +6,9 @@ import pytest
 
 from rlx_core.ir import DType, Graph, all_schemas
 from rlx_core.reference import has_kernel
-from rlx_core.testing import all_cases
+from rlx_core.passes import apply_precision
+from rlx_core.runtime import PrecisionPolicy
+from rlx_core.testing import all_cases, build_case
 
 BUILTIN = {k: s for k, s in all_schemas().items() if not s.custom}
 
@@ -36,3 +38,14 @@ def test_kind_is_complete(kind, covered):
         assert not missing, f"{kind}: no conformance case for {sorted(d.value for d in missing)}"
     else:
         assert DType.F32 in dts and len(dts) >= 3, f"{kind}: cases cover only {sorted(d.value for d in dts)}"
+
+
+@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)
+def test_case_graphs_are_canonical_serializable_and_take_every_policy(case):
+    """Re-running each rule on its canonical attributes changes nothing (verify, and a
+    JSON round trip that re-adds every node, keep the fingerprint), and every precision
+    policy rewrites the graph into one that verifies."""
+    g = build_case(case).verify()
+    assert Graph.from_json(g.to_json()).fingerprint() == g.fingerprint()
+    for policy in PrecisionPolicy:
+        apply_precision(g, policy).verify()

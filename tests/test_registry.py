@@ -14,17 +14,21 @@ import numpy as np
 import pytest
 
 import rlx_core
-from rlx_core import Graph, Session
-from rlx_core.errors import DeviceUnavailableError, PluginError, PolicyError
-from rlx_core.runtime import Availability, Backend, BackendFactory, Device, hookimpl, register_backends, registry
+from rlx_core import Session
+from rlx_core.errors import DeviceUnavailableError, PolicyError
+from rlx_core.runtime import (Availability, Backend, BackendFactory, Device, hookimpl, register_backends,
+                              register_device)
 
-# A complete third-party plugin: a backend for the "gpu" device that runs graphs with the
-# reference interpreter (standing in for real kernels) through the public API only.
+# A complete third-party plugin: a backend for a device of its own that runs graphs with
+# the reference interpreter (standing in for real kernels) through the public API only.
 FAKE_BACKEND = '''
 import numpy as np
 from rlx_core.reference import evaluate
 from rlx_core.ir import all_schemas
-from rlx_core.runtime import Availability, Backend, BackendFactory, Device, ExecutableGraph, hookimpl
+from rlx_core.runtime import (Availability, Backend, BackendFactory, Device, ExecutableGraph, hookimpl,
+                              register_device)
+
+register_device("{device}", "a test accelerator")
 
 class Exe(ExecutableGraph):
     def __init__(self, graph, options):
@@ -81,18 +85,18 @@ res = {"plugins": {p.name: [p.status, p.error, p.distribution, p.version] for p 
 
 
 def test_temp_plugin_is_discovered_and_runs_a_graph(tmp_path):
-    make_dist(tmp_path, "rlx-fakegpu", FAKE_BACKEND.format(name="fakegpu", device="gpu", ops='{"add","exp"}',
+    make_dist(tmp_path, "rlx-fakegpu", FAKE_BACKEND.format(name="fakegpu", device="testdev", ops='{"add","exp"}',
                                                            priority=0))
     res = run_child(tmp_path, REPORT + """
 g = rlx_core.Graph("t"); x = g.input("x", (3,)); g.set_outputs([g.exp(x + x)])
-c = rlx_core.Session("gpu").compile(g)
+c = rlx_core.Session("testdev").compile(g)
 res["out"] = c.run({"x": np.arange(3, dtype=np.float32)})[0].tolist()
 res["backend"] = c.backend
 print(json.dumps(res))
 """)
     assert res["plugins"]["rlx-fakegpu"][:1] == ["loaded"]
     assert res["plugins"]["rlx-fakegpu"][2:] == ["rlx-fakegpu", "1.2.3"]
-    assert "gpu" in res["devices"] and "cpu" in res["devices"]
+    assert "testdev" in res["devices"] and "cpu" in res["devices"]
     assert res["backend"] == "fakegpu"
     np.testing.assert_allclose(res["out"], np.exp(2 * np.arange(3)), rtol=1e-6)
 
@@ -119,15 +123,15 @@ def test_plugin_whose_hook_returns_garbage_is_reported(tmp_path):
 
 def test_two_plugins_for_one_device_resolve_by_priority_then_env(tmp_path):
     for name, prio in (("alpha", 1), ("beta", 5)):
-        make_dist(tmp_path, f"rlx-{name}", FAKE_BACKEND.format(name=name, device="gpu", ops='{"neg"}',
+        make_dist(tmp_path, f"rlx-{name}", FAKE_BACKEND.format(name=name, device="testdev", ops='{"neg"}',
                                                                priority=prio))
-    assert run_child(tmp_path, REPORT + "print(json.dumps(res))")["chosen"]["gpu"] == "beta"
-    forced = run_child(tmp_path, REPORT + "print(json.dumps(res))", RLX_BACKEND_GPU="alpha")
-    assert forced["chosen"]["gpu"] == "alpha"
+    assert run_child(tmp_path, REPORT + "print(json.dumps(res))")["chosen"]["testdev"] == "beta"
+    forced = run_child(tmp_path, REPORT + "print(json.dumps(res))", RLX_BACKEND_TESTDEV="alpha")
+    assert forced["chosen"]["testdev"] == "alpha"
 
 
 def test_plugin_selection_env_controls(tmp_path):
-    make_dist(tmp_path, "rlx-fakegpu", FAKE_BACKEND.format(name="fakegpu", device="gpu", ops='{"neg"}',
+    make_dist(tmp_path, "rlx-fakegpu", FAKE_BACKEND.format(name="fakegpu", device="testdev", ops='{"neg"}',
                                                            priority=0))
     only_cpu = run_child(tmp_path, REPORT + "print(json.dumps(res))", RLX_PLUGINS="cpu")
     assert only_cpu["plugins"]["rlx-fakegpu"][0] == "disabled"
@@ -136,8 +140,11 @@ def test_plugin_selection_env_controls(tmp_path):
     assert none["devices"] == [] and none["plugins"] == {}
 
 
+TESTDEV = register_device("testdev", "a test accelerator")
+
+
 class _RaisingBackend(Backend):
-    name, device = "boom", Device.GPU
+    name, device = "boom", TESTDEV
 
     def __init__(self):
         raise RuntimeError("no device handle")
@@ -155,14 +162,14 @@ class _RaisingBackend(Backend):
 class _ByHand:
     @hookimpl
     def rlx_backends(self):
-        return [BackendFactory("boom", "gpu", _RaisingBackend)]
+        return [BackendFactory("boom", "testdev", _RaisingBackend)]
 
 
 def test_backend_whose_create_raises_is_unavailable_with_reason(fresh_registry):
     register_backends(_ByHand())
-    assert not Device.GPU.is_available()
+    assert not TESTDEV.is_available()
     with pytest.raises(DeviceUnavailableError, match="no device handle"):
-        Session("gpu")
+        Session("testdev")
     assert Device.CPU.is_available()
 
 

@@ -59,8 +59,9 @@ UNARY = {
 
 
 def _int_div(a, b):
-    q = np.abs(a) // np.abs(b)  # truncation toward zero, as C and ONNX define it
-    return np.where((a < 0) ^ (b < 0), -q, q).astype(a.dtype)
+    # truncation toward zero, as C and ONNX define it: a - fmod(a, b) is an exact multiple
+    # of b (np.abs would overflow on the most negative value, e.g. -128 in i8)
+    return ((a - np.fmod(a, b)) // b).astype(a.dtype)
 
 
 def _div(a, b):

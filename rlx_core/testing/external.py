@@ -2,7 +2,7 @@
 
 * :func:`run_reference` evaluates one builder call on concrete arrays with the
   reference interpreter, so a test reads ``run_reference(lambda g, x: g.relu(x), x)``.
-* :func:`run_onnx_node` runs a single ONNX node through onnxruntime.
+* :func:`run_onnx_graph` / :func:`run_onnx_node` run ONNX nodes through onnxruntime.
 * :func:`onnx_node_cases` yields the ONNX backend node test cases of one op type:
   the node (with its attributes) plus inputs and expected outputs computed by ONNX's
   own reference implementation.
@@ -22,7 +22,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..reference import evaluate
 
-__all__ = ["run_reference", "run_onnx_node", "onnx_node_cases", "OnnxNodeCase"]
+__all__ = ["run_reference", "run_onnx_graph", "run_onnx_node", "onnx_node_cases", "OnnxNodeCase"]
 
 
 def run_reference(build: Callable[..., Any], *arrays: np.ndarray) -> "np.ndarray | list[np.ndarray]":
@@ -37,26 +37,39 @@ def run_reference(build: Callable[..., Any], *arrays: np.ndarray) -> "np.ndarray
     return res if several else res[0]
 
 
+def run_onnx_graph(nodes, feeds: dict[str, np.ndarray], outputs: Sequence[str], *, opset: int,
+                   domain: str = "", optimize: bool = False) -> list[np.ndarray]:
+    """Run ONNX ``nodes`` as one graph on onnxruntime's CPU provider: ``feeds`` are the
+    graph inputs (types taken from the arrays), ``outputs`` the names it returns. Graph
+    optimizations are off unless ``optimize`` (so onnxruntime computes each node as written)."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    ort.set_default_logger_severity(3)
+    graph = helper.make_graph(
+        list(nodes), "external-check",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+         for n, a in feeds.items()],
+        [helper.make_empty_tensor_value_info(o) for o in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
+    options = ort.SessionOptions()
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(list(outputs), feeds)
+
+
 def run_onnx_node(op_type: str, inputs: Sequence["np.ndarray | None"], attrs: dict | None = None,
                   *, opset: int, n_outputs: int = 1, domain: str = "") -> list[np.ndarray]:
-    """Run one ONNX node on onnxruntime's CPU provider. ``None`` inputs are omitted
-    optional inputs (passed as empty names, as ONNX spells them)."""
-    import onnxruntime as ort
+    """Run one ONNX node on onnxruntime. ``None`` inputs are omitted optional inputs
+    (passed as empty names, as ONNX spells them)."""
     from onnx import helper
 
     names = [f"in{i}" if a is not None else "" for i, a in enumerate(inputs)]
     outs = [f"out{i}" for i in range(n_outputs)]
     node = helper.make_node(op_type, names, outs, domain=domain, **(attrs or {}))
-    given = [(n, np.asarray(a)) for n, a in zip(names, inputs) if a is not None]
-    graph = helper.make_graph(
-        [node], f"{op_type}-check",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in given],
-        [helper.make_empty_tensor_value_info(o) for o in outs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(outs, dict(given))
+    feeds = {n: np.asarray(a) for n, a in zip(names, inputs) if a is not None}
+    return run_onnx_graph([node], feeds, outs, opset=opset, domain=domain)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,6 @@ def pytest_generate_tests(metafunc):
 def rlx_session(request):
     """A Session on the suite's device; skips (with the reason) where it is unavailable."""
     from ..errors import DeviceUnavailableError, PluginError
-    from ..runtime import Session
     device = request.config.getoption("--rlx-device") or getattr(request.cls, "device", None)
     if device is None:
         pytest.fail("ConformanceSuite subclass must set `device` (or pass --rlx-device)")

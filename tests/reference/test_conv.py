@@ -7,9 +7,7 @@ import pytest
 
 from rlx_core import Graph
 from rlx_core.errors import DTypeError, OpAttributeError, ShapeError
-from rlx_core.passes.precision import apply_precision
-from rlx_core.runtime import PrecisionPolicy
-from rlx_core.testing import all_cases, assert_close, build_case
+from rlx_core.testing import assert_close
 from rlx_core.testing.external import onnx_node_cases, run_onnx_node, run_reference
 
 torch = pytest.importorskip("torch")
@@ -252,13 +250,3 @@ def test_pool_errors_say_what_was_expected():
 def test_pool_strides_default_to_the_kernel():
     g = Graph()
     assert g.pool2d(g.input("x", (1, 1, 8, 6)), "max", (2, 3)).dims == (1, 1, 4, 2)
-
-
-# --- attributes survive serialization and precision rewrites --------------------------
-
-@pytest.mark.parametrize("case", all_cases(KINDS), ids=lambda c: c.id)
-def test_cases_roundtrip_and_take_every_precision_policy(case):
-    g = build_case(case)
-    assert Graph.from_json(g.to_json()).fingerprint() == g.fingerprint()
-    for policy in PrecisionPolicy:
-        apply_precision(g, policy).verify()

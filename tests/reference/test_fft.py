@@ -5,6 +5,7 @@ import pytest
 
 from rlx_core import Graph, evaluate
 from rlx_core.errors import DTypeError, OpAttributeError, ShapeError
+from rlx_core.testing.external import run_onnx_graph
 
 torch = pytest.importorskip("torch")
 sfft = pytest.importorskip("scipy.fft")
@@ -91,14 +92,8 @@ def test_roundtrips_are_identities_in_every_norm(n):
 
 
 def _ort_session(node, inputs, opset):
-    ort = pytest.importorskip("onnxruntime")
-    from onnx import TensorProto, helper
-    ort.set_default_logger_severity(3)
-    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
-    ins = [helper.make_tensor_value_info(k, types[v.dtype], list(v.shape)) for k, v in inputs.items()]
-    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
-    model = helper.make_model(helper.make_graph([node], "g", ins, out), opset_imports=[helper.make_opsetid("", opset)])
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    pytest.importorskip("onnxruntime")
+    return run_onnx_graph([node], inputs, ["y"], opset=opset)[0]
 
 
 # (ONNX DFT defines onesided only for forward transforms.)

@@ -7,9 +7,7 @@ from hypothesis import strategies as st
 
 from rlx_core import DType, Graph, Shape
 from rlx_core.errors import DTypeError, ShapeError
-from rlx_core.passes.precision import apply_precision
-from rlx_core.runtime import PrecisionPolicy
-from rlx_core.testing import all_cases, assert_close, build_case
+from rlx_core.testing import assert_close
 from rlx_core.testing.cases_linalg import well_conditioned
 from rlx_core.testing.external import run_reference
 
@@ -159,13 +157,3 @@ def test_dense_solve_rejects_integers():
     g = Graph()
     with pytest.raises(DTypeError, match="dense_solve does not accept i32"):
         g.dense_solve(g.input("a", (2, 2), "i32"), g.input("b", (2,), "i32"))
-
-
-# --- attributes survive serialization and precision rewrites --------------------------
-
-@pytest.mark.parametrize("case", all_cases(KINDS), ids=lambda c: c.id)
-def test_cases_roundtrip_and_take_every_precision_policy(case):
-    g = build_case(case)
-    assert Graph.from_json(g.to_json()).fingerprint() == g.fingerprint()
-    for policy in PrecisionPolicy:
-        apply_precision(g, policy).verify()

@@ -8,9 +8,7 @@ from hypothesis import strategies as st
 from rlx_core import DType, Graph
 from rlx_core.errors import DTypeError, OpAttributeError, ShapeError
 from rlx_core.ir.ops.quant import QUANTIZED
-from rlx_core.passes.precision import apply_precision
-from rlx_core.runtime import PrecisionPolicy
-from rlx_core.testing import all_cases, assert_close, build_case
+from rlx_core.testing import assert_close
 from rlx_core.testing.external import onnx_node_cases, run_onnx_node, run_reference
 
 pytest.importorskip("onnxruntime")
@@ -142,13 +140,3 @@ def test_quantize_stores_the_resolved_output_dtype():
     assert g.quantize(x, 1.0).node.attrs["to"] is DType.I8
     assert g.quantize(x, 1.0, np.uint8(4)).node.attrs["to"] is DType.U8
     assert g.quantize(x, np.ones(3), axis=-1).node.attrs["axis"] == 1
-
-
-# --- attributes survive serialization and precision rewrites --------------------------
-
-@pytest.mark.parametrize("case", all_cases(KINDS), ids=lambda c: c.id)
-def test_cases_roundtrip_and_take_every_precision_policy(case):
-    g = build_case(case)
-    assert Graph.from_json(g.to_json()).fingerprint() == g.fingerprint()
-    for policy in PrecisionPolicy:
-        apply_precision(g, policy).verify()

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from rlx_core import Graph, RngOptions, evaluate
+from rlx_core.testing.external import run_onnx_graph
 
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
@@ -15,15 +16,9 @@ ONNX_OP = {"rng_uniform": "RandomUniform", "rng_normal": "RandomNormal"}
 PARAMS = {"rng_uniform": {"low": -1.5, "high": 0.75}, "rng_normal": {"mean": 0.25, "scale": 1.5}}
 
 
-def _ort_run(nodes, dtype, inputs=None):
+def _ort_run(nodes, inputs=None):
     """Run ONNX nodes producing outputs y0, y1, ... on onnxruntime's CPU provider."""
-    inputs = inputs or {}
-    outs = [helper.make_tensor_value_info(f"y{i}", ORT_TYPES[dtype], None) for i in range(len(nodes))]
-    ins = [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in inputs.items()]
-    model = helper.make_model(helper.make_graph(nodes, "rng", ins, outs),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, inputs)
+    return run_onnx_graph(nodes, inputs or {}, [f"y{i}" for i in range(len(nodes))], opset=17)
 
 
 def _rlx(kind, dims, dtype, seed=None, key=0):
@@ -41,16 +36,16 @@ def test_ort_mode_matches_onnxruntime_bit_for_bit(kind, dtype):
         n = (1, 2, 7, 100, 4097)[i % 5]
         node = helper.make_node(ONNX_OP[kind], [], ["y0"], shape=[n], dtype=ORT_TYPES[dtype], seed=float(seed),
                                 **PARAMS[kind])
-        (want,) = _ort_run([node], dtype)
+        (want,) = _ort_run([node])
         (got,) = evaluate(_rlx(kind, (n,), dtype, seed=int(np.float32(seed))), rng=RngOptions(mode="ort"))
         np.testing.assert_array_equal(got, want, err_msg=f"{kind} {dtype} seed={seed} n={n}")
 
 
-def _ort_unseeded(nodes, dtype, global_seed):
+def _ort_unseeded(nodes, global_seed):
     """Run unseeded nodes: onnxruntime seeds node i with (global seed + i) mod 2**32."""
     ort.set_seed(global_seed)
     try:
-        return _ort_run(nodes, dtype)
+        return _ort_run(nodes)
     finally:
         ort.set_seed(0)
 
@@ -59,7 +54,7 @@ def test_ort_mode_clamps_like_generate_canonical():
     m = 2**31 - 1
     seed = (m - 1) * pow(16807, -1, m) % m  # the first draw rounds up to 1.0 before the clamp
     node = helper.make_node("RandomUniform", [], ["y0"], shape=[3], dtype=TensorProto.FLOAT)
-    (want,) = _ort_unseeded([node], "f32", seed)  # (a float seed attribute cannot hold this seed)
+    (want,) = _ort_unseeded([node], seed)  # (a float seed attribute cannot hold this seed)
     g = Graph("clamp")
     g.set_outputs(g.rng_uniform((3,), key=0))
     (got,) = evaluate(g, rng=RngOptions(seed=seed, mode="ort"))
@@ -71,7 +66,7 @@ def test_ort_mode_clamps_like_generate_canonical():
 def test_like_variants_take_the_template_shape(kind):
     x = np.zeros((3, 4), np.float32)
     node = helper.make_node(ONNX_OP[kind] + "Like", ["x"], ["y0"], seed=5.0, **PARAMS[kind])
-    (want,) = _ort_run([node], "f32", {"x": x})
+    (want,) = _ort_run([node], {"x": x})
     g = Graph("like")
     xv = g.input("x", (3, 4))
     g.set_outputs(getattr(g, kind)(like=xv, seed=5, **PARAMS[kind]))
@@ -83,7 +78,7 @@ def test_ort_mode_without_seed_is_global_seed_plus_node_index():
     # onnxruntime seeds an unseeded node with (global seed + node index); RLX with
     # (RngOptions.seed + key): an importer that sets key = node index reproduces it.
     nodes = [helper.make_node("RandomNormal", [], [f"y{i}"], shape=[9], dtype=TensorProto.FLOAT) for i in range(3)]
-    want = _ort_unseeded(nodes, "f32", 1234)
+    want = _ort_unseeded(nodes, 1234)
     g = Graph("unseeded")
     g.set_outputs([g.rng_normal((9,), key=i) for i in range(3)])
     got = evaluate(g, rng=RngOptions(seed=1234, mode="ort"))

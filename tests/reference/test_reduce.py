@@ -8,8 +8,7 @@ import pytest
 from rlx_core.errors import DTypeError, OpAttributeError, ShapeError
 from rlx_core.ir import DType, Graph
 from rlx_core.ir.ops.reduce import REDUCTIONS
-from rlx_core.ir.schema import get_schema
-from rlx_core.testing import all_cases, assert_close, build_case
+from rlx_core.testing import assert_close
 
 ONNX_REDUCE = {"reduce_sum": "ReduceSum", "reduce_mean": "ReduceMean", "reduce_prod": "ReduceProd",
                "reduce_max": "ReduceMax", "reduce_min": "ReduceMin"}
@@ -221,11 +220,3 @@ def test_attributes_are_canonicalized():
     assert x.sum().dims == () and x.mean(-1, keepdims=True).node.attrs["axes"] == (2,)
     vals, idx = g.topk(x, 2, axis=-2)
     assert vals.node.attrs["axis"] == 1 and vals.dims == idx.dims == (2, 2, 4) and idx.dtype.value == "i64"
-
-
-@pytest.mark.parametrize("case", [c for c in all_cases() if get_schema(c.kind).group == "reduce"], ids=lambda c: c.id)
-def test_canonical_attributes_are_a_fixed_point(case):
-    """Re-running a rule on canonical attributes changes nothing: verify() and a JSON round
-    trip (which re-adds every node) give the same graph."""
-    g = build_case(case).verify()
-    assert Graph.from_json(g.to_json()).fingerprint() == g.fingerprint()

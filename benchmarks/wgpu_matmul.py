@@ -1,0 +1,136 @@
+"""wgpu backend: f32 matmul throughput against cuBLAS SGEMM (through CuPy), in one run.
+
+    python benchmarks/wgpu_matmul.py [--device vulkan] [--n 4096] [--out benchmarks/results/wgpu_h200.json]
+
+RLX compiles one n x n x n f32 matmul for the wgpu device with each large tile and with
+the plugin's own choice (calibrated when a calibration exists), checks the product
+against cuBLAS's (numpy's where there is no CUDA), and times the device work alone:
+many products encoded into one submit (``rlx_wgpu.calibrate.device_seconds``). cuBLAS
+runs on the same machine and data with TF32 off (``CUPY_TF32=0``), timed with CUDA
+events. Without CuPy and a CUDA GPU the comparison is numpy's BLAS on the host. Writes
+the JSON named by ``--out`` (and a Markdown table beside it) and prints the table.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "plugins" / "rlx-wgpu")]  # a checkout where the plugin is not installed
+
+
+def _session(device: str):
+    from rlx_core import Session
+    from rlx_core.runtime import register_backends, registry
+    from rlx_wgpu import plugin
+    if not registry().entries.get(device):
+        register_backends(plugin)
+    return Session(device)
+
+
+def _cublas(a: np.ndarray, b: np.ndarray, iters: int = 20):
+    """(GFLOP/s, product) of cuBLAS SGEMM through CuPy, or None without a CUDA GPU."""
+    os.environ["CUPY_TF32"] = "0"  # plain f32 FMA, as the WGSL kernel does
+    try:
+        import cupy as cp
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            return None
+    except Exception:  # no CuPy, no driver: compare with the host BLAS instead
+        return None
+    da, db = cp.asarray(a), cp.asarray(b)
+    for _ in range(3):
+        out = cp.matmul(da, db)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iters):
+        out = cp.matmul(da, db, out=out)
+    stop.record()
+    stop.synchronize()
+    seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3 / iters
+    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / seconds / 1e9, cp.asnumpy(out)
+
+
+def _numpy(a, b, repeats: int = 5):
+    """(GFLOP/s of the fastest of ``repeats`` products, product) of numpy's host BLAS."""
+    out, best = a @ b, float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best / 1e9, out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="gpu")
+    parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--out", default=None,
+                        help="JSON file to write (default: benchmarks/results/wgpu_<device>.json)")
+    args = parser.parse_args(argv)
+
+    import wgpu
+    from rlx_core import CompileOptions, Graph
+    from rlx_wgpu.calibrate import LARGE_TILES, device_seconds
+    from rlx_wgpu.codegen.linalg import pick_tile
+
+    session = _session(args.device)
+    gpu = session.backend.gpu
+    n = args.n
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+    b = rng.standard_normal((n, n)).astype(np.float32)
+    peer = _cublas(a, b)
+    peer_name = "cuBLAS SGEMM (CuPy, TF32 off)" if peer else "numpy (host BLAS)"
+    peer_gflops, want = peer or _numpy(a, b)
+    g = Graph("matmul")
+    g.set_outputs([g.matmul(g.input("a", (n, n)), g.input("b", (n, n)))])
+    rows = []
+    for tile in [None, *LARGE_TILES]:
+        c = session.compile(g, CompileOptions(backend={"matmul_tile": tile} if tile else {}))
+        got = c.run({"a": a, "b": b})[0]
+        error = float(np.abs(got - want).max() / np.abs(want).max())
+        seconds = device_seconds(gpu, c.executable, min_seconds=0.5)
+        label = tile or f"default ({pick_tile(n, n, None, gpu.tuned_matmul_tile())})"
+        rows.append({"tile": label, "gflops": 2.0 * n ** 3 / seconds / 1e9, "max_rel_error": error})
+        print(f"rlx wgpu {label}: {rows[-1]['gflops']:.0f} GFLOP/s (rel. error {error:.1e})", flush=True)
+        del c
+    best = max(rows, key=lambda r: r["gflops"])
+    default = rows[0]
+    result = {
+        "benchmark": f"f32 matmul {n}x{n}x{n}", "date": datetime.date.today().isoformat(),
+        "device": args.device, "adapter": gpu.describe(), "wgpu": wgpu.__version__, "host": platform.node(),
+        "rlx": rows, "rlx_best": best, "peer": peer_name, "peer_gflops": peer_gflops,
+        "ratio_default": default["gflops"] / peer_gflops, "ratio_best": best["gflops"] / peer_gflops,
+        "timing": "device work only: products encoded back to back into one submit (wgpu); "
+                  + ("CUDA events around 20 products (cuBLAS)" if peer else "fastest of 5 host products (numpy)"),
+    }
+    out = Path(args.out or ROOT / "benchmarks" / "results" / f"wgpu_{args.device}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    table = _table(result)
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    return 0
+
+
+def _table(r: dict) -> str:
+    lines = [f"# {r['benchmark']} on {r['adapter']['adapter']} ({r['adapter']['backend_type']}, "
+             f"{r['adapter']['driver']}), {r['date']}", "",
+             "| implementation | GFLOP/s | vs peer | max rel. error |", "|---|---|---|---|"]
+    lines += [f"| RLX wgpu, tile {row['tile']} | {row['gflops']:.0f} | {row['gflops'] / r['peer_gflops']:.0%} | "
+              f"{row['max_rel_error']:.1e} |" for row in r["rlx"]]
+    lines += [f"| {r['peer']} | {r['peer_gflops']:.0f} | 100% | |", "",
+              f"Timing: {r['timing']}.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,294 @@
+"""CudaExecutable: a lowered graph bound to one device arena.
+
+Compile time: lower the graph, plan the arena, allocate it once, upload constants,
+allocate params (uploaded once by ``set_param``), compile every kernel and bind every
+action to fixed device addresses. A run then copies inputs into the arena, replays
+the bound actions (or one captured CUDA graph of them) and reads the outputs. Runs
+use CuPy's current stream, so device outputs are ordered with the caller's CuPy work.
+
+Backend options (``CompileOptions.backend``): ``device`` (index, default 0),
+``outputs`` ("numpy" | "cupy" | "torch"), ``graph_capture`` (default True), ``fuse``
+(default True), ``attention_scores_bytes`` (scores memory per attention launch).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from rlx_core.errors import InputError, RlxError
+from rlx_core.ir import DType, Graph, Ref
+from rlx_core.reference import evaluate
+from rlx_core.rng import RngOptions, combine_seed
+from rlx_core.runtime import CompileOptions, ExecutableGraph, PrecisionPolicy, Tracer
+
+from .dtypes import storage_np
+from .lower import LowerContext, RngSeed, lower_graph
+from .plan import plan_memory
+from .runtime import Runtime
+from .steps import Buf, Copy, Gemm, Host, Launch, Memset
+
+__all__ = ["CudaExecutable", "OUTPUT_MODES"]
+
+log = logging.getLogger("rlx.cuda")
+OUTPUT_MODES = ("numpy", "cupy", "torch")
+_KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "attention_scores_bytes"}
+
+
+def check_backend_options(options: Mapping[str, Any]) -> None:
+    unknown = set(options) - _KNOWN_OPTIONS
+    if unknown:
+        raise RlxError(f"unknown cuda backend option(s) {sorted(unknown)}; known: {sorted(_KNOWN_OPTIONS)}")
+    if options.get("outputs", "numpy") not in OUTPUT_MODES:
+        raise RlxError(f"cuda backend option outputs must be one of {', '.join(OUTPUT_MODES)}, "
+                       f"got {options['outputs']!r}")
+
+
+class CudaExecutable(ExecutableGraph):
+    def __init__(self, graph: Graph, options: CompileOptions, runtime: Runtime | None = None):
+        check_backend_options(options.backend)
+        self.graph = graph
+        self.options = options
+        self.rng = options.rng
+        self.rt = runtime or Runtime.get(int(options.backend.get("device", 0)))
+        self.cp = self.rt.cp
+        self.output_mode = options.backend.get("outputs", "numpy")
+        ctx = LowerContext(graph, tf32=options.precision not in (PrecisionPolicy.DECLARED, PrecisionPolicy.F32),
+                           fuse=bool(options.backend.get("fuse", True)), rng_mode=self.rng.mode,
+                           **({"attention_scores_bytes": int(options.backend["attention_scores_bytes"])}
+                              if "attention_scores_bytes" in options.backend else {}))
+        self.steps = lower_graph(ctx)
+        self.plan = plan_memory(graph, self.steps)
+        self._lock = threading.Lock()
+        self._subexec: dict[int, CudaExecutable] = {}
+        self._scalars: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+        with self.rt.device:
+            self.arena = self.rt.alloc(self.plan.size)
+            self.arrays = self._bind_arrays()
+            self._bound = [(step.label, step.capturable, [self._bind(i, a) for a in step.actions])
+                           for i, step in enumerate(self.steps)]
+        self._inputs = {n.attrs["name"]: self.arrays[Ref(n.id)] for n in graph.input_nodes}
+        self._params = {n.attrs["name"]: self.arrays[Ref(n.id)] for n in graph.param_nodes}
+        self._outputs = [self.arrays[r] for r in graph.outputs]
+        self._out_dtypes = graph.output_shapes
+        self.capture_enabled = bool(options.backend.get("graph_capture", True)) and \
+            all(cap for _, cap, _ in self._bound)
+        self._graph = None
+        self._runs = 0
+        self.capture_error: str | None = None
+        self._tracer = Tracer(graph.name, "cuda") if options.tracing else None
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        caps = {"dlpack", "gpu_handles", "control_flow", "fused_elementwise", "out_buffers", "typed_io"}
+        if self.capture_enabled:
+            caps.add("graph_capture")
+        return frozenset(caps)
+
+    # --- binding ---------------------------------------------------------------------
+    def _bind_arrays(self) -> dict[Ref, Any]:
+        """One CuPy array per value: arena views, own buffers for params/constants, aliases."""
+        arrays: dict[Ref, Any] = {}
+        for node in self.graph.nodes:
+            for i, shape in enumerate(node.outputs):
+                ref = Ref(node.id, i)
+                dt = storage_np(shape.dtype)
+                if ref in self.plan.aliases:
+                    arrays[ref] = arrays[self.plan.aliases[ref]].reshape(shape.dims)
+                elif ref in self.plan.placements:
+                    arrays[ref] = self.rt.view(self.arena, self.plan.placements[ref].offset, shape.dims, dt)
+                elif node.kind == "param":
+                    arrays[ref] = self.cp.zeros(shape.dims, dt)
+                elif node.kind in ("constant", "arange"):
+                    value = evaluate(_single_node_graph(node), {}, {})[0]
+                    arrays[ref] = self.cp.asarray(np.asarray(value, order="C").view(dt))
+        return arrays
+
+    def _address(self, step: int, buf: Buf) -> int:
+        if buf.ref is None:
+            return self.arena.ptr + self.plan.scratch[step].offset + buf.offset
+        return self.arrays[buf.ref].data.ptr + buf.offset
+
+    def _bind(self, step: int, action):
+        """A zero-argument callable performing ``action`` on the current stream."""
+        rt, cp = self.rt, self.cp
+        if isinstance(action, Launch):
+            fn = rt.kernel(action.source)
+            fixed = [np.uint64(self._address(step, a)) if isinstance(a, Buf) else a for a in action.args]
+            seeds = [(i, a.node) for i, a in enumerate(action.args) if isinstance(a, RngSeed)]
+            grid, block = (action.grid,), (action.block,)
+            if not seeds:
+                args = tuple(fixed)
+                return lambda: fn(grid, block, args)
+
+            def launch_rng():
+                args = list(fixed)
+                for i, node in seeds:
+                    base = node.attrs["seed"] if node.attrs["seed"] is not None else self.rng.seed
+                    args[i] = np.uint64(combine_seed(base, node.attrs["key"]))
+                fn(grid, block, tuple(args))
+            return launch_rng
+        if isinstance(action, Gemm):
+            alpha, beta = np.ones(1, action.scalar), np.zeros(1, action.scalar)
+            self._scalars[id(action)] = (alpha, beta)  # keep the host scalars alive
+            a, b, c = (self._address(step, x) for x in (action.a, action.b, action.c))
+            return lambda: rt.gemm(action, a, b, c, alpha, beta)
+        if isinstance(action, Copy):
+            dst, src = self._address(step, action.dst), self._address(step, action.src)
+            return lambda: rt.copy(dst, src, action.nbytes, cp.cuda.get_current_stream())
+        if isinstance(action, Memset):
+            dst = self._address(step, action.dst)
+            return lambda: rt.memset(dst, action.value, action.nbytes, cp.cuda.get_current_stream())
+        if isinstance(action, Host):
+            from .tail import host_step
+            node = action.node
+            ins = [self.arrays[r] for r in node.inputs]
+            outs = [self.arrays[Ref(node.id, i)] for i in range(len(node.outputs))]
+            return lambda: host_step(self, node, ins, outs)
+        raise RlxError(f"cuda: no binding for action {type(action).__name__}")
+
+    # --- ExecutableGraph -----------------------------------------------------------------
+    def set_param(self, name: str, value) -> None:
+        with self._lock, self.rt.device:
+            self._write(self._params[name], value)
+
+    def set_rng(self, rng: RngOptions) -> None:
+        if rng != self.rng:
+            self._graph = None  # captured launches hold the old seeds
+        self.rng = rng
+
+    def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
+        with self._lock, self.rt.device:
+            for name, view in self._inputs.items():
+                self._write(view, inputs[name])
+            self._execute()
+            return self._read_outputs(out)
+
+    def run_device(self, args: Sequence[Any]) -> list[Any]:
+        """Run on device arrays bound to the inputs by position; returns arena views
+        (valid until the next run). Control-flow bodies run through this."""
+        for view, value in zip(self._inputs.values(), args):
+            self._write(view, value)
+        self._execute()
+        return list(self._outputs)
+
+    # --- internals --------------------------------------------------------------------------
+    def _execute(self) -> None:
+        self._runs += 1
+        if self._graph is None and self.capture_enabled and self._runs > 1 and self._tracer is None:
+            self._capture()
+        if self._graph is not None:
+            self._graph.launch(stream=self.cp.cuda.get_current_stream())
+            return
+        if self._tracer is None:
+            for _, _, actions in self._bound:
+                for act in actions:
+                    act()
+            return
+        stream = self.cp.cuda.get_current_stream()
+        for label, _, actions in self._bound:
+            with self._tracer.span(label):
+                for act in actions:
+                    act()
+                stream.synchronize()
+        self._tracer.end_run()
+
+    def _capture(self) -> None:
+        """Record every action into one CUDA graph (after a first eager run, so kernels
+        are compiled and cuBLAS is initialized). A failure keeps eager execution."""
+        stream = self.cp.cuda.Stream(non_blocking=True)
+        self.cp.cuda.get_current_stream().synchronize()
+        try:
+            with stream:
+                stream.begin_capture()
+                try:
+                    for _, _, actions in self._bound:
+                        for act in actions:
+                            act()
+                finally:
+                    graph = stream.end_capture()
+            self._graph = graph
+        except Exception as e:  # capture is an optimization: never fail the run for it
+            self.capture_enabled = False
+            self.capture_error = f"{type(e).__name__}: {e}"
+            log.warning("cuda: CUDA graph capture of '%s' failed, running eagerly: %s", self.graph.name, e)
+
+    def _write(self, view, value) -> None:
+        """Copy a host (numpy) or device (DLPack) array into ``view`` without a host round trip."""
+        cp = self.cp
+        if isinstance(value, np.ndarray):
+            view.set(np.asarray(value, order="C").view(view.dtype))  # (0-d stays 0-d)
+            return
+        src = _from_dlpack(cp, value, view.dtype)
+        if src.shape != view.shape:
+            raise InputError(f"device array of dims {list(src.shape)} given where {list(view.shape)} is expected")
+        if src.flags.c_contiguous:
+            self.rt.copy(view.data.ptr, src.data.ptr, view.nbytes, cp.cuda.get_current_stream())
+        else:
+            cp.copyto(view, src)
+
+    def _read_outputs(self, out: Sequence[np.ndarray] | None) -> list[Any]:
+        stream = self.cp.cuda.get_current_stream()
+        if out is not None:
+            for dst, src in zip(out, self._outputs):
+                src.get(stream=stream, out=dst.view(src.dtype))
+            return list(out)
+        if self.output_mode == "numpy":
+            return [src.get(stream=stream).view(shape.dtype.np) for src, shape in zip(self._outputs, self._out_dtypes)]
+        copies = [src.copy() for src in self._outputs]
+        if self.output_mode == "torch":
+            import torch
+            return [_torch_view(torch.from_dlpack(c), shape.dtype) for c, shape in zip(copies, self._out_dtypes)]
+        return [_cupy_view(c, shape.dtype) for c, shape in zip(copies, self._out_dtypes)]
+
+    def subgraph(self, graph: Graph) -> "CudaExecutable":
+        """The executable of a control-flow body (compiled once, same device)."""
+        exe = self._subexec.get(id(graph))
+        if exe is None:
+            backend = {k: v for k, v in self.options.backend.items() if k != "outputs"}
+            exe = CudaExecutable(graph, CompileOptions(rng=self.rng, backend=backend), self.rt)
+            self._subexec[id(graph)] = exe
+        return exe
+
+
+def _single_node_graph(node) -> Graph:
+    g = Graph("constant")
+    v = g.add_node(node.kind, (), dict(node.attrs))
+    g.set_outputs([v])
+    return g
+
+
+def _from_dlpack(cp, value, storage):
+    """A CuPy view of any DLPack device array (torch bfloat16 is viewed as int16 first,
+    since CuPy 13 has no bfloat16)."""
+    if isinstance(value, cp.ndarray):
+        arr = value
+    else:
+        try:
+            arr = cp.from_dlpack(value)
+        except (TypeError, NotImplementedError, ValueError, BufferError):
+            if type(value).__module__.startswith("torch"):
+                import torch
+                arr = cp.from_dlpack(value.view(torch.int16))
+            else:
+                raise
+    return arr.view(storage) if arr.dtype != storage and arr.dtype.itemsize == storage.itemsize else arr
+
+
+def _cupy_view(arr, dtype: DType):
+    if dtype is DType.BF16:
+        try:
+            import ml_dtypes
+            return arr.view(ml_dtypes.bfloat16)  # CuPy >= 14 with ml_dtypes
+        except Exception:
+            return arr  # the bfloat16 bits, as uint16
+    return arr
+
+
+def _torch_view(tensor, dtype: DType):
+    if dtype is DType.BF16:
+        import torch
+        return tensor.view(torch.bfloat16)
+    return tensor

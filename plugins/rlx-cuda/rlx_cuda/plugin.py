@@ -1,0 +1,45 @@
+"""Entry-point module (``rlx.backends``: ``cuda = "rlx_cuda.plugin"``): cheap to import.
+
+It imports neither CuPy nor NVML. Without CuPy the factory's cheap probe reports
+"missing Python package(s): cupy"; with it, the probe asks the driver (never raising).
+The NVML telemetry provider registers itself with ``rlx_core.hw`` where the core has
+that module; it loads NVML only when first read.
+"""
+from rlx_core.runtime import BackendFactory, hookimpl
+
+
+def _create():
+    from .backend import CudaBackend
+    return CudaBackend()
+
+
+def _probe():
+    from .probe import probe
+    return probe()
+
+
+@hookimpl
+def rlx_backends():
+    return [BackendFactory(name="cuda", device="cuda", create=_create, priority=100,
+                           description="NVIDIA GPU through CuPy: NVRTC kernels, cuBLAS, cuFFT, CUDA graphs",
+                           requires=("cupy",), probe=_probe)]
+
+
+@hookimpl
+def rlx_calibrate(backend, device):
+    if backend != "cuda":
+        return None
+    from .calibrate import calibrate
+    return calibrate(getattr(device, "index", 0))
+
+
+def _register_telemetry() -> None:
+    try:
+        from rlx_core.hw import register_telemetry_provider
+    except ImportError:  # a core without GPU telemetry support
+        return
+    from .nvml import NvmlProvider
+    register_telemetry_provider(NvmlProvider())
+
+
+_register_telemetry()

@@ -1,0 +1,211 @@
+"""Adapters, the five device profiles, and one opened wgpu device per profile.
+
+* ``gpu``: the best adapter of any backend type (see :func:`adapter_rank`), with its
+  full limits and the optional feature RLX uses (``shader-f16``).
+  ``RLX_WGPU_ADAPTER=<text>`` picks the first adapter whose name contains ``text``.
+* ``vulkan``, ``opengl``, ``directx``: the best adapter of that wgpu backend type; a
+  profile whose backend type has no adapter here is unavailable.
+* ``webgpu``: the best adapter, restricted to the WebGPU specification's default limits
+  and no optional features, so what compiles and runs there runs on any conformant
+  WebGPU implementation (a browser included).
+
+``Gpu`` is the opened device plus what every compiled graph on it shares: the pipeline
+cache (one pipeline per WGSL source) and the bind-group layouts.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+
+from rlx_core.errors import DeviceError, DeviceUnavailableError
+
+__all__ = ["Profile", "PROFILES", "SPEC_DEFAULT_LIMITS", "Gpu", "open_gpu", "find_adapter", "adapter_rank",
+           "adapter_summary"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    label: str                # the RLX device label
+    backend_type: str | None  # wgpu backend type to force; None: any
+    portable: bool = False    # spec-default limits, no optional features
+
+
+PROFILES = {p.label: p for p in (Profile("gpu", None), Profile("vulkan", "Vulkan"), Profile("opengl", "OpenGL"),
+                                 Profile("directx", "D3D12"), Profile("webgpu", None, portable=True))}
+
+# The WebGPU specification's default limits (what every conformant implementation grants).
+SPEC_DEFAULT_LIMITS = {
+    "max-buffer-size": 268435456,
+    "max-storage-buffer-binding-size": 134217728,
+    "max-storage-buffers-per-shader-stage": 8,
+    "min-storage-buffer-offset-alignment": 256,
+    "max-compute-workgroup-storage-size": 16384,
+    "max-compute-invocations-per-workgroup": 256,
+    "max-compute-workgroup-size-x": 256,
+    "max-compute-workgroup-size-y": 256,
+    "max-compute-workgroup-size-z": 64,
+    "max-compute-workgroups-per-dimension": 65535,
+    "max-bind-groups": 4,
+    "max-bindings-per-bind-group": 1000,
+    "max-uniform-buffer-binding-size": 65536,
+    "max-uniform-buffers-per-shader-stage": 12,
+    "max-dynamic-storage-buffers-per-pipeline-layout": 4,
+}
+OPTIONAL_FEATURES = ("shader-f16",)
+_TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+_BACKEND_RANK = {"Vulkan": 0, "Metal": 1, "D3D12": 2, "OpenGL": 3}
+
+
+def adapter_rank(info) -> tuple:
+    """Sort key of an adapter (lower is better): discrete before integrated before
+    virtual before CPU, then Vulkan, Metal, DirectX 12, OpenGL."""
+    return (_TYPE_RANK.get(info.get("adapter_type"), 4), _BACKEND_RANK.get(info.get("backend_type"), 4))
+
+
+def adapter_summary(info) -> str:
+    name, driver = info.get("device") or "unknown adapter", info.get("description") or "driver ?"
+    return f"{name} ({info.get('backend_type')}, {driver})"
+
+
+@functools.lru_cache(maxsize=1)
+def _adapters() -> tuple:
+    if not os.environ.get("XDG_RUNTIME_DIR"):  # Mesa prints an error per adapter without one
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rlx-xdg-")
+    import wgpu
+    return tuple(wgpu.gpu.enumerate_adapters_sync())
+
+
+def find_adapter(profile: Profile):
+    """The adapter ``profile`` uses, or raise DeviceUnavailableError saying what exists."""
+    found = sorted(_adapters(), key=lambda a: adapter_rank(a.info))
+    candidates = [a for a in found if profile.backend_type in (None, a.info["backend_type"])]
+    wanted = os.environ.get("RLX_WGPU_ADAPTER", "").strip()
+    if wanted and profile.label == "gpu":
+        candidates = [a for a in candidates if wanted.lower() in a.info["device"].lower()]
+    if not candidates:
+        seen = "; ".join(adapter_summary(a.info) for a in found) or "none"
+        need = f"backend type {profile.backend_type}" if profile.backend_type else "any backend type"
+        if wanted and profile.label == "gpu":
+            need += f" named like RLX_WGPU_ADAPTER={wanted!r}"
+        raise DeviceUnavailableError(f"no wgpu adapter of {need} on this machine (adapters: {seen})")
+    return candidates[0]
+
+
+class Gpu:
+    """An opened wgpu device for one profile, shared by every graph compiled for it."""
+
+    def __init__(self, profile: Profile):
+        import wgpu
+        self.wgpu = wgpu
+        self.profile = profile
+        self.adapter = find_adapter(profile)
+        self.info = dict(self.adapter.info)
+        if profile.portable:
+            features, limits = [], dict(SPEC_DEFAULT_LIMITS)
+        else:
+            features, limits = [f for f in OPTIONAL_FEATURES if f in self.adapter.features], None
+        self.device = self.adapter.request_device_sync(label=f"rlx-{profile.label}", required_features=features,
+                                                       required_limits=limits)
+        self.features = frozenset(self.device.features)
+        self.limits = dict(self.device.limits)
+        self.f16 = "shader-f16" in self.features
+        self.alignment = max(16, self.limits["min-storage-buffer-offset-alignment"])
+        self.tuning: dict | None = None  # the calibration (rlx_wgpu.calibrate), read on first use
+        self._pipelines: dict[str, object] = {}
+        self._layouts: dict[int, tuple] = {}
+        self._lock = threading.Lock()
+
+    # --- capabilities -----------------------------------------------------------------
+    @property
+    def max_bindings(self) -> int:
+        return self.limits["max-storage-buffers-per-shader-stage"]
+
+    @property
+    def max_binding_bytes(self) -> int:
+        return self.limits["max-storage-buffer-binding-size"]
+
+    @property
+    def workgroup_bytes(self) -> int:
+        return self.limits["max-compute-workgroup-storage-size"]
+
+    def describe(self) -> dict:
+        """What device_report shows: adapter, driver, backend type and the key limits."""
+        return {"adapter": self.info.get("device"), "vendor": self.info.get("vendor"),
+                "driver": self.info.get("description"), "backend_type": self.info.get("backend_type"),
+                "adapter_type": self.info.get("adapter_type"), "profile": self.profile.label,
+                "shader_f16": self.f16, "max_buffer_size": self.limits["max-buffer-size"],
+                "max_storage_binding": self.max_binding_bytes, "workgroup_storage": self.workgroup_bytes}
+
+    def tuned_matmul_tile(self) -> str | None:
+        """The fastest large matmul tile measured by calibration on this adapter, if any."""
+        if self.tuning is None:
+            from .calibrate import load_calibration
+            self.tuning = load_calibration(self) or {}
+        return self.tuning.get("matmul_tile")
+
+    # --- pipelines ----------------------------------------------------------------------
+    def pipeline(self, source: str, n_bindings: int):
+        """The compute pipeline of a WGSL source (entry point ``main``), compiled once."""
+        with self._lock:
+            hit = self._pipelines.get(source)
+            if hit is None:
+                module = self.device.create_shader_module(code=source)
+                _, pipe_layout = self._layout(n_bindings)
+                hit = self.device.create_compute_pipeline(layout=pipe_layout,
+                                                          compute={"module": module, "entry_point": "main"})
+                self._pipelines[source] = hit
+            return hit
+
+    def bind_group_layout(self, n_bindings: int):
+        with self._lock:
+            return self._layout(n_bindings)[0]
+
+    def _layout(self, n: int):
+        """Bind-group and pipeline layouts of ``n`` read-write storage bindings. Every
+        binding is read-write so that one buffer (the arena) can back several of them."""
+        if n not in self._layouts:
+            wgpu = self.wgpu
+            entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(n)]
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            self._layouts[n] = (bgl, self.device.create_pipeline_layout(bind_group_layouts=[bgl]))
+        return self._layouts[n]
+
+    @property
+    def pipeline_count(self) -> int:
+        return len(self._pipelines)
+
+    # --- buffers --------------------------------------------------------------------------
+    def storage_buffer(self, nbytes: int, label: str = ""):
+        u = self.wgpu.BufferUsage
+        if nbytes > self.limits["max-buffer-size"]:
+            raise DeviceError(f"{label or 'buffer'} needs {nbytes} bytes, more than this device's "
+                                         f"max-buffer-size {self.limits['max-buffer-size']}")
+        return self.device.create_buffer(size=max(nbytes, 4), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST,
+                                         label=label)
+
+    def sync(self) -> None:
+        """Block until the device has finished all submitted work. (A 4-byte read waits for
+        the queue; wgpu-py 0.32's on_submitted_work_done_sync does not work.)"""
+        if not hasattr(self, "_sync_buffer"):
+            self._sync_buffer = self.storage_buffer(4, "sync")
+        self.device.queue.read_buffer(self._sync_buffer, 0, 4)
+
+    def readback_buffer(self, nbytes: int):
+        u = self.wgpu.BufferUsage
+        return self.device.create_buffer(size=max(nbytes, 4), usage=u.MAP_READ | u.COPY_DST)
+
+
+_OPEN: dict[str, Gpu] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def open_gpu(label: str) -> Gpu:
+    """The process-wide opened device of profile ``label`` (opened on first use)."""
+    with _OPEN_LOCK:
+        if label not in _OPEN:
+            _OPEN[label] = Gpu(PROFILES[label])
+        return _OPEN[label]

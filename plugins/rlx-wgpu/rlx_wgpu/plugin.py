@@ -1,0 +1,44 @@
+"""Entry-point module: cheap to import (no wgpu import here), it describes the five
+devices this plugin serves -- one backend implementation, five device profiles -- and
+provides the calibration hook."""
+from __future__ import annotations
+
+import sys
+
+from rlx_core.runtime import Availability, BackendFactory, hookimpl
+
+_DESCRIPTIONS = {
+    "gpu": "best GPU adapter through wgpu (WGSL compute)",
+    "vulkan": "wgpu forced onto its Vulkan backend",
+    "opengl": "wgpu forced onto its OpenGL backend",
+    "directx": "wgpu forced onto its DirectX 12 backend",
+    "webgpu": "portable WebGPU profile: spec-default limits, no optional features",
+}
+BACKEND_NAMES = {label: ("wgpu" if label == "gpu" else f"wgpu-{label}") for label in _DESCRIPTIONS}
+
+
+def _factory(label: str) -> BackendFactory:
+    def create():
+        from .backend import WgpuBackend
+        return WgpuBackend(label)
+
+    def probe() -> Availability:
+        if label == "directx" and sys.platform != "win32":
+            return Availability(False, "DirectX 12 exists only on Windows")
+        return Availability(True, "wgpu is installed")
+    return BackendFactory(name=BACKEND_NAMES[label], device=label, create=create, priority=100,
+                          description=_DESCRIPTIONS[label], requires=("wgpu",), probe=probe)
+
+
+@hookimpl
+def rlx_backends():
+    return [_factory(label) for label in _DESCRIPTIONS]
+
+
+@hookimpl
+def rlx_calibrate(backend: str, device):
+    """Measure a wgpu backend for the cost model (see ``rlx_wgpu.calibrate``)."""
+    if backend not in BACKEND_NAMES.values():
+        return None
+    from .calibrate import calibrate
+    return calibrate(str(device))

@@ -1,0 +1,41 @@
+"""Calibration: measured numbers, the cache (atomic, corrupt files re-measured), the hook."""
+import json
+
+import pytest
+
+from rlx_core.runtime import Device, registry
+from rlx_wgpu.calibrate import KEYS, cache_path, calibrate
+from rlx_wgpu.gpu import open_gpu
+
+pytest.importorskip("wgpu")
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    gpu = open_gpu("gpu")
+    saved = gpu.tuning
+    yield tmp_path
+    gpu.tuning = saved
+
+
+def test_measures_caches_and_tunes_the_matmul_tile(cache_home):
+    first = calibrate("gpu", progress=lambda m: None, matmul_size=128)
+    assert all(first[k] > 0 for k in KEYS)
+    assert first["matmul_tile"] in first["matmul_gflops_by_tile"]
+    assert open_gpu("gpu").tuned_matmul_tile() == first["matmul_tile"]
+    path = cache_path(open_gpu("gpu"))
+    assert json.loads(path.read_text()) == first
+    assert registry().calibrate("wgpu", Device.GPU) == first  # the hook reads the cache
+
+
+def test_a_corrupt_cache_is_measured_again(cache_home):
+    path = cache_path(open_gpu("gpu"))
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    result = calibrate("gpu", progress=lambda m: None, matmul_size=64)
+    assert result["matmul_size"] == 64 and json.loads(path.read_text()) == result
+
+
+def test_the_hook_ignores_other_backends():
+    assert registry().calibrate("cpu", Device.CPU) is None

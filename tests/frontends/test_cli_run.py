@@ -1,0 +1,92 @@
+"""``rlx run``: on an exported model, with given or random inputs, --check against
+onnxruntime, and in an environment without torch or onnxruntime."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from rlx_core.cli import main  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def model_path(ox, tmp_path):
+    """A small MLP with a symbolic batch dimension, saved to disk."""
+    rng = np.random.default_rng(0)
+    w1, w2 = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((16, 3)).astype(np.float32)
+    model = ox.make_model(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["logits"]), helper.make_node("Softmax", ["logits"], ["probs"])],
+        [("x", TensorProto.FLOAT, ["batch", 8])],
+        [("logits", TensorProto.FLOAT, ["batch", 3]), ("probs", TensorProto.FLOAT, ["batch", 3])],
+        initializers=[numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    path = tmp_path / "mlp.onnx"
+    onnx.save_model(model, str(path))
+    return path
+
+
+def test_run_with_an_input_file_checks_against_onnxruntime_and_saves(model_path, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    x = np.random.default_rng(1).standard_normal((5, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out.npz"
+    assert main(["run", str(model_path), "--input", f"x={tmp_path / 'x.npy'}", "--device", "cpu", "--check",
+                 "--repeat", "3", "--save", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "device  cpu (requested)" in text and "median of 3 runs" in text
+    assert "logits  5x3    float32" in text and "check passed" in text
+    saved = np.load(out)
+    np.testing.assert_allclose(saved["probs"].sum(axis=1), np.ones(5), rtol=1e-6)
+
+
+def test_run_auto_device_with_random_inputs_of_a_given_shape(model_path, capsys):
+    assert main(["run", str(model_path), "--shape", "x=2,8"]) == 0
+    text = capsys.readouterr().out
+    assert re.search(r"device  \w+ \(auto:", text) and "probs   2x3" in text
+
+
+def test_usage_errors_exit_with_2_and_say_what_to_do(model_path, capsys):
+    assert main(["run", str(model_path)]) == 2
+    assert "input 'x' has a symbolic dimension 'batch': give its dims with --shape x=..." in capsys.readouterr().err
+    assert main(["run", str(model_path), "--shape", "y=1,8"]) == 2
+    assert "the model has no input(s) ['y']; its inputs: ['x']" in capsys.readouterr().err
+    assert main(["run", str(model_path), "--input", "x"]) == 2
+    assert "--input takes NAME=VALUE, got 'x'" in capsys.readouterr().err
+    assert main(["run", "no-such-model.onnx"]) == 2
+    assert "cannot read ONNX model 'no-such-model.onnx'" in capsys.readouterr().err
+
+
+def test_a_device_that_is_not_installed_fails_with_the_reason(model_path, capsys):
+    assert main(["run", str(model_path), "--shape", "x=1,8", "--device", "tpu"]) == 1
+    assert "no installed plugin serves device 'tpu'" in capsys.readouterr().err
+
+
+_BLOCK_HEAVY_IMPORTS = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split('.')[0] in ('torch', 'onnxruntime', 'scipy'):
+            raise ImportError(f'{name} is not installed in this environment')
+sys.meta_path.insert(0, Block())
+from rlx_core.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_run_needs_neither_torch_nor_onnxruntime(model_path):
+    """What ``pip install rlx-core[onnx] rlx-cpu`` provides is enough (no --check)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins" / "rlx-cpu")]))
+    done = subprocess.run([sys.executable, "-c", _BLOCK_HEAVY_IMPORTS, "run", str(model_path), "--shape", "x=4,8"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "probs   4x3    float32" in done.stdout
