@@ -2,6 +2,7 @@
 one operator (all inlined by numba, so they cost nothing in a kernel's loop)."""
 from __future__ import annotations
 
+import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
@@ -22,9 +23,12 @@ def minimum(a, b):
 
 @njit(inline="always")
 def trunc_div(a, b):
-    """Integer division rounding toward zero (C / ONNX), as the ``div`` op defines it."""
-    q = abs(a) // abs(b)
-    return -q if (a < 0) != (b < 0) else q
+    """Integer division rounding toward zero (C / ONNX), as the ``div`` op defines it:
+    the floor quotient, moved up by one where it was rounded down (computed in int64,
+    which holds every RLX integer dtype; ``abs`` would overflow on -128 in int8)."""
+    a, b = np.int64(a), np.int64(b)
+    q = a // b
+    return q + 1 if (q < 0 and q * b != a) else q
 
 
 def typed(value, dtype):
