@@ -1,10 +1,12 @@
 """Fused steps: [anchor] -> elementwise program -> [norm], in one or two calls.
 
 The step's elementwise nodes become a ``codegen.Program``; its operands are the
-step's inputs, the anchor's result and (for conv) the anchor's bias. The anchor
-(matmul or conv) writes its result into one of the step's output buffers, and the
-generated kernel then reads and overwrites it in place, element by element (a norm's
-kernel keeps each row in a scratch buffer, so it may overwrite its input too).
+step's inputs, the anchor's result and (for conv) the anchor's bias; scalar constants
+travel packed, one small array per dtype. The anchor (matmul or conv) writes its
+result into one of the step's output buffers -- the generated kernel then reads and
+overwrites it in place, element by element, reading it through the output's own name
+(a norm's kernel keeps each row in a scratch buffer, so it may overwrite its input
+too) -- or, for a channels-last conv, leaves it in its scratch for the kernel to read.
 
 Layouts: operands are broadcast to the domain, size-1 axes are dropped and adjacent
 axes merged wherever every operand's strides allow it (as numpy's iterator does), so
