@@ -9,6 +9,7 @@ Importing this package imports numba (about 0.3 s); ``plugin.py`` never does.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -96,10 +97,9 @@ def _purge_cache(dispatcher) -> bool:
     return removed and source.parent == kernel_dir()
 
 
+@functools.lru_cache(maxsize=None)
 def warm_up() -> None:
-    """Start numba and load the kernel library (about 0.5 s, once per process: numba
-    loads its type registries on first use). Compiling a graph does it when needed; a
-    server may call this at start-up instead."""
-    import numpy as np
-    x = np.zeros((1, 1, 1), np.float32)
-    specialize(library().softmax, x, x, False)
+    """Start numba (about 0.5 s, once per process: numba loads its type registries on
+    its first compile). Compiling a graph does it when needed; a server may call this at
+    start-up instead."""
+    numba.njit(lambda x: x + 1)(1)
