@@ -1,8 +1,10 @@
 """Regenerate the README's result tables from ``benchmarks/results/<NAME>.md``.
 
 The README marks each table with ``<!-- results:NAME -->`` ... ``<!-- /results:NAME -->``;
-everything between the markers is replaced by the results file's text. Markers
-without a results file are left alone (and reported).
+everything between the markers is replaced by the results file's text -- or, when the
+file marks a part with ``<!-- summary -->`` ... ``<!-- /summary -->``, by that part only
+(for results files that hold more detail than the README should). Markers without a
+results file are left alone (and reported).
 
     python benchmarks/update_readme.py [README.md]
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 README = Path(__file__).resolve().parent.parent / "README.md"
 _BLOCK = re.compile(r"(<!-- results:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
+_SUMMARY = re.compile(r"<!-- summary -->\n(.*?)<!-- /summary -->", re.S)
 
 
 def render(text: str, results: Path = RESULTS) -> tuple[str, list[str], list[str]]:
@@ -28,6 +31,8 @@ def render(text: str, results: Path = RESULTS) -> tuple[str, list[str], list[str
             return m.group(0)
         updated.append(m["name"])
         body = source.read_text()
+        summary = _SUMMARY.search(body)
+        body = summary.group(1) if summary else body
         return m.group(1) + body + ("" if body.endswith("\n") else "\n") + m.group(4)
 
     return _BLOCK.sub(fill, text), updated, missing

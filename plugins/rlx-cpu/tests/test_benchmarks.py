@@ -36,3 +36,9 @@ def test_readme_blocks_are_replaced_by_their_results_file(tmp_path):
     assert new == ("intro\n<!-- results:cpu -->\n| a | b |\n<!-- /results:cpu -->\n"
                    "<!-- results:gpu -->\nkeep\n<!-- /results:gpu -->\n")
     assert (updated, missing) == (["cpu"], ["gpu"])
+
+
+def test_only_the_summary_of_a_detailed_results_file_is_copied(tmp_path):
+    (tmp_path / "onnx.md").write_text("# title\n<!-- summary -->\n| x |\n<!-- /summary -->\nlong details\n")
+    new, _, _ = update_readme.render("<!-- results:onnx -->\n<!-- /results:onnx -->\n", tmp_path)
+    assert new == "<!-- results:onnx -->\n| x |\n<!-- /results:onnx -->\n"
