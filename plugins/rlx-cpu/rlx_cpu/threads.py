@@ -8,7 +8,8 @@ its shapes are compiled: as one single-threaded call, and as column blocks share
 a helper thread (``rlx_cpu.parallel``: two cores when both are free, one core -- not a
 stall -- when they are not). The faster way is kept; the choice is stored with the
 kernel cache, so the measurement happens once per machine and shape. Batched and
-smaller matmuls run single-threaded.
+smaller matmuls run single-threaded (tiny ones are left alone: OpenBLAS runs them on
+one thread by itself, and switching costs a few microseconds per run).
 
 ``RLX_CPU_BLAS_THREADS=openblas`` leaves every call to OpenBLAS's own threads (no
 switching, no helper); ``=1`` runs everything on one thread. Delete ``decisions.json``
@@ -33,6 +34,9 @@ __all__ = ["BlasThreads", "blas_threads", "plan_blas_call"]
 log = logging.getLogger("rlx.cpu")
 _decisions = Decisions()
 _MARGIN = 0.85  # sharing must take at most this fraction of the single-threaded time
+# OpenBLAS runs a GEMM of at most this many multiply-adds (M*N*K) on one thread anyway
+# (interface/gemm.c: 65536 * GEMM_MULTITHREAD_THRESHOLD, which defaults to 4).
+_OPENBLAS_SINGLE_THREADED = 65536 * 4
 
 
 class BlasThreads:
@@ -73,7 +77,8 @@ def plan_blas_call(call: Call) -> Call:
     OpenBLAS thread, or as blocks shared with the helper thread."""
     control = blas_threads()
     mode = os.environ.get("RLX_CPU_BLAS_THREADS", "")
-    if control is None or mode == "openblas":
+    a, b = call.args
+    if control is None or mode == "openblas" or _multiply_adds(a, b) <= _OPENBLAS_SINGLE_THREADED:
         return call
     single = call._replace(threads=1)
     blocks = matmul_blocks(*call.args, call.kwargs["out"]) if mode != "1" else None
@@ -88,6 +93,13 @@ def plan_blas_call(call: Call) -> Call:
         decided = "shared" if _shared_is_faster(control, single, shared) else "single"
         _decisions.set(key, decided)
     return shared if decided == "shared" else single
+
+
+def _multiply_adds(a: np.ndarray, b: np.ndarray) -> int:
+    """M*N*K of one matrix product of ``a @ b`` (batch dims aside)."""
+    m = a.shape[-2] if a.ndim > 1 else 1
+    n = b.shape[-1] if b.ndim > 1 else 1
+    return m * n * a.shape[-1]
 
 
 def _shared_is_faster(control: BlasThreads, single: Call, shared: Call, pairs: int = 5) -> bool:

@@ -19,21 +19,21 @@ def _openblas_threads() -> list[int]:
 
 
 def _mlp_executable(extra=None):
-    g, params = models.mlp(batch=4, sizes=(16, 256, 4))
+    g, params = models.mlp(batch=64, sizes=(64, 256, 4))  # the first matmul is big enough to plan
     exe = CpuExecutable(g, CompileOptions(), extra or {})
     for name, value in params.items():
         exe.set_param(name, value)
     return exe, g, params
 
 
-def _matmul_call(m=8, k=16, n=256):
+def _matmul_call(m=64, k=64, n=256):
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     return Call(np.matmul, (a, b), {"out": np.empty((m, n), np.float32)})
 
 
 def test_shared_blocks_compute_the_product():
-    call = _matmul_call(n=300)
+    call = _matmul_call(m=8, k=16, n=300)
     blocks = matmul_blocks(*call.args, call.kwargs["out"])
     assert len(blocks) == 4
     for _ in range(3):
@@ -88,3 +88,9 @@ def test_environment_overrides(monkeypatch):
     assert threads.plan_blas_call(call) == call
     monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "1")
     assert threads.plan_blas_call(call) == call._replace(threads=1)
+
+
+def test_tiny_matmuls_are_left_to_openblas(monkeypatch):
+    monkeypatch.setattr(threads, "_shared_is_faster", lambda *_: pytest.fail("measured"))
+    call = _matmul_call(m=4, k=16, n=64)
+    assert threads.plan_blas_call(call) == call
