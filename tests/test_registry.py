@@ -173,7 +173,8 @@ def test_backend_whose_create_raises_is_unavailable_with_reason(fresh_registry):
     assert Device.CPU.is_available()
 
 
-def test_unknown_and_unserved_devices_raise_clear_errors(fresh_registry):
+def test_unknown_and_unserved_devices_raise_clear_errors(fresh_registry, monkeypatch):
+    monkeypatch.setenv("RLX_PLUGINS", "cpu")  # 'tpu' stays unserved where rlx-tpu is installed
     with pytest.raises(rlx_core.UnknownDeviceError, match="did you mean 'cuda'"):
         Session("cdua")
     with pytest.raises(DeviceUnavailableError, match="no installed plugin serves device 'tpu'"):

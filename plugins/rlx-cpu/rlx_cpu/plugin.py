@@ -12,3 +12,12 @@ def rlx_backends():
     return [BackendFactory(name="cpu", device="cpu", create=_create, priority=100,
                            description="host CPU: numpy/BLAS kernels, numba-fused elementwise",
                            requires=("numpy", "numba"), probe=lambda: Availability(True, "host CPU"))]
+
+
+
+@hookimpl
+def rlx_calibrate(backend, device):
+    """CPU figures for the cost model (imported on use: this module must stay cheap)."""
+    if backend == "cpu":
+        from .calibrate import calibrate
+        return calibrate(device)

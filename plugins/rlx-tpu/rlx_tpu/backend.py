@@ -1,0 +1,98 @@
+"""The tpu backend: every op kind lowered to JAX, compiled once per graph by XLA.
+
+``compile`` looks the graph up in a program cache keyed by what the XLA program depends
+on: the graph's fingerprint, the precision policy, the device and the plugin lowerings
+in use. A second compile of an equal graph (also with other output kinds or tracing)
+reuses the XLA executable and only gets params of its own.
+
+Backend options (``CompileOptions(backend={...})``):
+
+* ``outputs``: ``"numpy"`` (default; read-only host arrays, see ``executable``) or
+  ``"jax"`` (the device arrays, no copy, not waited for).
+* ``device_index``: which of the platform's devices runs the program (default 0).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Mapping
+
+from rlx_core.errors import PolicyError
+from rlx_core.ir import DType, Graph, Node, all_schemas
+from rlx_core.runtime import Availability, Backend, CompileOptions, Device, registry
+
+from .executable import OUTPUT_KINDS, Program, TpuExecutable
+from .lowering import LOWERINGS
+from .platform import availability, jax_device, requested_platform
+
+__all__ = ["TpuBackend", "BACKEND_OPTIONS", "PROGRAM_CACHE_SIZE"]
+
+BACKEND_OPTIONS = {"outputs": "numpy", "device_index": 0}
+PROGRAM_CACHE_SIZE = 64
+# XLA:TPU has no 64-bit floats; other platforms run every dtype.
+_TPU_LACKS = frozenset({DType.F64, DType.C128})
+
+
+class TpuBackend(Backend):
+    name = "tpu"
+    device = Device.TPU
+
+    def __init__(self):
+        self.platform = requested_platform()
+        self._programs: OrderedDict[tuple, Program] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def is_available(self) -> Availability:
+        return availability(self.platform)
+
+    def supported_ops(self) -> Mapping[str, "frozenset[DType] | None"]:
+        schemas = all_schemas()
+        if self.platform != "tpu":
+            return {kind: None for kind in LOWERINGS if kind in schemas}
+        return {kind: (schemas[kind].dtypes or frozenset(DType)) - _TPU_LACKS
+                for kind in LOWERINGS if kind in schemas}
+
+    def check_node(self, node: Node) -> str | None:
+        if self.platform == "tpu":
+            wide = sorted({s.dtype.value for s in node.outputs} & {d.value for d in _TPU_LACKS})
+            if wide:
+                return f"{node.kind} produces {', '.join(wide)}, which TPUs do not compute"
+        return None
+
+    def advisory_capabilities(self) -> frozenset[str]:
+        return TpuExecutable.capabilities
+
+    def compile(self, graph: Graph, options: CompileOptions) -> TpuExecutable:
+        knobs = _backend_options(options)
+        program = self._program(graph, options, knobs["device_index"])
+        return TpuExecutable(program, graph.name, options, knobs["outputs"])
+
+    def _program(self, graph: Graph, options: CompileOptions, device_index: int) -> Program:
+        """The cached program of an equal graph, or a new one (compiled now)."""
+        extra = registry().op_kernels(self.name)
+        key = (graph.fingerprint(), options.precision.value, device_index, tuple(sorted(extra)))
+        with self._lock:
+            program = self._programs.get(key)
+            if program is not None:
+                self._programs.move_to_end(key)
+                return program
+        program = Program(graph, jax_device(self.platform, device_index), extra, options.rng.mode)
+        with self._lock:
+            self._programs[key] = program
+            while len(self._programs) > PROGRAM_CACHE_SIZE:
+                self._programs.popitem(last=False)
+        return program
+
+
+def _backend_options(options: CompileOptions) -> dict:
+    """``options.backend`` checked against :data:`BACKEND_OPTIONS`, defaults filled in."""
+    unknown = sorted(set(options.backend) - set(BACKEND_OPTIONS))
+    if unknown:
+        raise PolicyError(f"tpu backend options {unknown} are unknown; it takes {sorted(BACKEND_OPTIONS)}")
+    knobs = {**BACKEND_OPTIONS, **options.backend}
+    if knobs["outputs"] not in OUTPUT_KINDS:
+        raise PolicyError(f"tpu backend option outputs={knobs['outputs']!r}; expected one of {', '.join(OUTPUT_KINDS)}")
+    index = knobs["device_index"]
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise PolicyError(f"tpu backend option device_index must be an integer >= 0, got {index!r}")
+    return knobs

@@ -1,0 +1,181 @@
+"""Programs (a graph compiled by XLA, shared through the backend's cache) and the
+executables that run them with their own params.
+
+Data flow of a run: params live on the device from ``set_param`` on and are never
+uploaded again; inputs may be numpy arrays (transferred by the call), JAX arrays (used
+where they are) or any DLPack array (imported without a copy where the producer allows
+it); outputs come back as numpy arrays, into the caller's ``out=`` arrays, or -- with
+``CompileOptions(backend={"outputs": "jax"})`` -- as the JAX arrays themselves, still on
+the device and not waited for.
+
+Numpy outputs are what ``np.asarray`` makes of the results: a view of XLA:CPU's buffer,
+one device-to-host copy elsewhere, read-only either way (``np.array(out)`` gives a
+writable copy). Every run returns new arrays; none is ever overwritten by a later run.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from rlx_core.errors import InputError
+from rlx_core.ir import Graph
+from rlx_core.rng import RngOptions
+from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
+
+from .lowering import LowerContext, draws_random, trace_graph
+from .lowering.random import RngState
+from .platform import x64
+
+__all__ = ["Program", "TpuExecutable", "OUTPUT_KINDS"]
+
+OUTPUT_KINDS = ("numpy", "jax")
+
+
+class Program:
+    """One graph lowered to JAX and compiled by XLA for one device.
+
+    The program's arguments are the params and the inputs (tuples in the graph's
+    declaration order) and, when the graph draws random numbers, the run's seed. The
+    rng mode is part of the program, so each mode in use is compiled once: the first
+    when the program is made, others on first use. Programs are immutable after that
+    and shared by every executable of an equal graph (see ``TpuBackend``).
+    """
+
+    def __init__(self, graph: Graph, device, extra_lowerings: Mapping[str, Any], rng_mode: str):
+        import jax
+        self.graph = graph
+        self.device = device
+        self.draws_random = draws_random(graph)
+        self.param_names, self.input_names = tuple(graph.param_names), tuple(graph.input_names)
+        self._extra = dict(extra_lowerings)
+        self._traced = jax.jit(self._trace, static_argnames="mode")
+        self._compiled: dict[str | None, Any] = {}
+        self._lock = threading.Lock()
+        self.executable(rng_mode)  # compile now: errors belong to compile time
+
+    def _trace(self, params, inputs, seed, mode):
+        rng = RngState(mode, seed) if self.draws_random else None
+        bound = dict(zip(self.param_names + self.input_names, params + inputs))
+        return trace_graph(self.graph, bound, LowerContext(self.device.platform, rng, self._extra))
+
+    @property
+    def compiled_modes(self) -> tuple[str, ...]:
+        """The rng modes compiled so far (empty for a graph that draws nothing)."""
+        return tuple(sorted(mode for mode in self._compiled if mode is not None))
+
+    def executable(self, rng_mode: str):
+        """The XLA executable for ``rng_mode`` (one for all modes when nothing is random)."""
+        key = rng_mode if self.draws_random else None
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._lock, x64():
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    compiled = self._traced.lower(*self._argument_specs(), mode=key).compile()
+                    self._compiled[key] = compiled
+        return compiled
+
+    def _argument_specs(self):
+        import jax
+        on_device = jax.sharding.SingleDeviceSharding(self.device)
+
+        def spec(node):
+            return jax.ShapeDtypeStruct(tuple(node.attrs["dims"]), node.attrs["dtype"].np, sharding=on_device)
+        params = tuple(spec(n) for n in self.graph.param_nodes)
+        inputs = tuple(spec(n) for n in self.graph.input_nodes)
+        seed = jax.ShapeDtypeStruct((), np.uint64, sharding=on_device) if self.draws_random else None
+        return params, inputs, seed
+
+
+class TpuExecutable(ExecutableGraph):
+    """A program plus this compiled graph's params, rng seed and output kind."""
+
+    capabilities = frozenset({"typed_io", "out_buffers", "dlpack", "gpu_handles", "control_flow",
+                              "fused_elementwise"})
+
+    def __init__(self, program: Program, name: str, options: CompileOptions, outputs: str):
+        self.program = program
+        self.name = name  # this graph's, for traces (the program may be another equal graph's)
+        self.outputs = outputs
+        self._params: dict[str, Any] = {}
+        self._param_args: tuple = ()
+        self._seed = None
+        self._tracer = Tracer(name, "tpu") if options.tracing else None
+        self.set_rng(options.rng)
+
+    # --- ExecutableGraph --------------------------------------------------------------
+    def set_param(self, name: str, value: Any) -> None:
+        import jax
+        with x64():
+            uploaded = jax.device_put(self._private(value), self.program.device)
+        self._params = {**self._params, name: uploaded}
+        if len(self._params) == len(self.program.param_names):  # all set: the program's argument
+            self._param_args = tuple(self._params[n] for n in self.program.param_names)
+
+    def set_rng(self, rng: RngOptions) -> None:
+        import jax
+        self.rng = rng
+        if self.program.draws_random:
+            with x64():
+                self._seed = jax.device_put(np.uint64(rng.seed), self.program.device)
+
+    def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
+        executable = self.program.executable(self.rng.mode)
+        with x64():
+            feeds = tuple(self._on_device(name, inputs[name]) for name in self.program.input_names)
+            if self._tracer is None:
+                results = executable(self._param_args, feeds, self._seed)
+            else:
+                results = self._traced_call(executable, feeds)
+        if out is not None:
+            for dst, res in zip(out, results):
+                np.copyto(dst, np.asarray(res))
+            return list(out)
+        if self.outputs == "jax":
+            return list(results)
+        return [np.asarray(res) for res in results]
+
+    # --- helpers ----------------------------------------------------------------------
+    def _traced_call(self, executable, feeds):
+        import jax
+        with self._tracer.span(f"{self.name} (one XLA program)", "program"):
+            results = jax.block_until_ready(executable(self._param_args, feeds, self._seed))
+        self._tracer.end_run()
+        return results
+
+    def _private(self, value: Any) -> Any:
+        """A param value no caller can change afterwards: numpy arrays are copied for
+        XLA:CPU (which would otherwise alias their memory; other platforms copy them to the
+        device anyway), DLPack arrays imported as copies."""
+        import jax
+        if isinstance(value, np.ndarray):
+            return np.array(value) if self.program.device.platform == "cpu" else value
+        if isinstance(value, jax.Array):
+            return value  # immutable
+        return self._import("param", value, copy=True)
+
+    def _on_device(self, name: str, value: Any) -> Any:
+        """An input as the program takes it: numpy as is (the call transfers it), JAX
+        arrays moved to the program's device if they live elsewhere, DLPack arrays imported."""
+        import jax
+        if not isinstance(value, (np.ndarray, jax.Array)):
+            value = self._import(f"input '{name}'", value, copy=None)
+        if isinstance(value, jax.Array) and value.devices() != {self.program.device}:
+            value = jax.device_put(value, self.program.device)
+        return value
+
+    @staticmethod
+    def _import(what: str, value: Any, copy: bool | None) -> Any:
+        """A DLPack array as a JAX array. Strided producers that DLPack cannot describe
+        compactly fall back to their ``__array__`` (host arrays such as torch CPU tensors)."""
+        import jax
+        try:
+            return jax.dlpack.from_dlpack(value, copy=copy)
+        except Exception as e:
+            if hasattr(value, "__array__"):
+                host = np.asarray(value)
+                return host.copy() if copy else host
+            raise InputError(f"{what}: cannot import {type(value).__name__} through DLPack ({e}); "
+                             f"pass a numpy array or a contiguous device array") from None
