@@ -30,6 +30,7 @@ from rlx_core.reference import RefContext
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 
 from . import jit
+from .backend import CAPABILITIES
 from .kernels import Bound, Call, build_calls, scratch_shapes
 from .kernels.fused import split_unprofitable
 from .plan import Scratch, plan_memory
@@ -46,7 +47,7 @@ _OUT_VARIANTS = 4  # out= buffer sets remembered per executable
 class CpuExecutable(ExecutableGraph):
     """One graph compiled for the CPU (see the module docstring)."""
 
-    capabilities = frozenset({"clone", "typed_io", "out_buffers", "control_flow", "fused_elementwise"})
+    capabilities = CAPABILITIES
 
     def __init__(self, graph: Graph, options: CompileOptions, extra_kernels: Mapping[str, Any]):
         self.graph = graph
