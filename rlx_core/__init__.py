@@ -20,10 +20,14 @@ from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
 from .ir import Attr, DType, Graph, Node, Ref, Shape, Value, promote
 from .reference import evaluate
+from .hw import GpuThermal, HwSnapshot
 from .rng import Philox, RngOptions
 from .runtime import (Availability, Backend, BackendFactory, CompileCache, CompiledGraph, CompileOptions,
                       Device, ExecutableGraph, Outputs, PrecisionPolicy, Session, device_label, hookimpl,
                       parse_device, register_backends, register_device, registry)
+from .select import (BackendsManifest, DeviceBenchResult, DeviceCandidate, DevicePolicy, DeviceRouter,
+                     FlexibleSession, GraphDevices, available_devices, backends_manifest, benchmark_devices,
+                     device_report, devices_for, fastest_device_for, resolve_device)
 
 __version__ = "0.1.0"
 
@@ -31,4 +35,7 @@ __all__ = ["CustomOp", "register_custom_op", "Attr", "DType", "Graph", "Node", "
            "promote", "evaluate", "Philox", "RngOptions", "Availability", "Backend", "BackendFactory",
            "CompileCache", "CompiledGraph", "CompileOptions", "Device", "ExecutableGraph", "Outputs",
            "PrecisionPolicy", "Session", "device_label", "hookimpl", "parse_device", "register_backends",
-           "register_device", "registry", "__version__", *_errors_all]
+           "register_device", "registry", "__version__", "GpuThermal", "HwSnapshot", "BackendsManifest",
+           "DeviceBenchResult", "DeviceCandidate", "DevicePolicy", "DeviceRouter", "FlexibleSession", "GraphDevices",
+           "available_devices", "backends_manifest", "benchmark_devices", "device_report", "devices_for",
+           "fastest_device_for", "resolve_device", *_errors_all]

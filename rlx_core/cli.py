@@ -62,6 +62,11 @@ def _print_report(rows, show_all: bool) -> None:
         [(r.label, r.backend or "-", _yes(r.available), _BLOCKER_WORDS.get(r.blocker_kind, "-"),
           _yes(r.supports_graph), _duration(r.estimate_ns), r.figures or "-", "*" if r.recommended else "",
           ",".join(r.capabilities) or "-") for r in shown]))
+    details = [r for r in shown if r.available and r.detail]
+    if details:
+        print("\ndetails (adapter, driver, platform):")
+        for r in details:
+            print(f"  {r.label}: {r.detail}")
     nominal = [r.label for r in shown if r.figures == "nominal"]
     if nominal:
         print(f"\nestimates for {', '.join(nominal)} use nominal figures (no calibration cached): run "

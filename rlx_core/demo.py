@@ -12,6 +12,7 @@ from .ir import Graph
 from .reference import evaluate
 from .runtime import Session
 from .runtime.registry import iter_entries, registry
+from .select import DevicePolicy, device_report
 from .testing.compare import mismatch_report
 
 __all__ = ["transformer_block", "run_demo"]
@@ -54,17 +55,22 @@ def random_params(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def run_demo(devices: list[str] | None = None, runs: int = 20) -> int:
+    """Every available device (or ``devices``) runs the block; the table marks the device the
+    cost model picks (``pick``) and the one measured fastest (``fastest``)."""
     g = transformer_block()
     params = random_params(g)
     x = np.random.default_rng(1).standard_normal(g.input_nodes[0].attrs["dims"]).astype(np.float32)
     expected = evaluate(g, {"x": x}, params)[0]
     entries = [e for e in iter_entries(registry()) if devices is None or e.device.label in devices]
     print(f"transformer block: batch 1, seq 32, d_model 64, 4 heads, ffn 128 ({len(g)} nodes)\n")
-    rows, failures = [], 0
+    print("cost model: calibrating each device once (cached under $XDG_CACHE_HOME/rlx) ...", flush=True)
+    policy = DevicePolicy.only(devices) if devices else None
+    picked = {r.label for r in device_report(g, policy, probe="full", calibrate=True) if r.recommended}
+    rows, failures, medians = [], 0, {}
     for e in entries:
         avail = e.availability()
         if not avail.ok:
-            rows.append((e.device.label, e.name, "unavailable", "", "", "", avail.reason[:60]))
+            rows.append((e.device.label, e.name, "unavailable", "", "", "", "", avail.reason[:60]))
             continue
         try:
             t0 = time.perf_counter()
@@ -80,12 +86,16 @@ def run_demo(devices: list[str] | None = None, runs: int = 20) -> int:
             err = float(np.max(np.abs(np.asarray(got, np.float64) - expected)))
             ok = mismatch_report(np.asarray(got), expected, g.output_shapes[0].dtype) is None
             failures += not ok
+            medians[e.device.label] = statistics.median(times)
             rows.append((e.device.label, e.name, "ok" if ok else "MISMATCH", f"{compile_ms:.1f}",
-                         f"{statistics.median(times):.3f}", f"{err:.2e}", avail.reason[:60]))
+                         f"{medians[e.device.label]:.3f}", f"{err:.2e}", "", avail.reason[:60]))
         except RlxError as err:
             failures += 1
-            rows.append((e.device.label, e.name, "error", "", "", "", f"{type(err).__name__}: {err}"[:60]))
+            rows.append((e.device.label, e.name, "error", "", "", "", "", f"{type(err).__name__}: {err}"[:60]))
+    fastest = min(medians, key=medians.get) if medians else None
+    rows = [r[:6] + (" ".join(m for m, hit in (("pick", r[0] in picked), ("fastest", r[0] == fastest)) if hit),)
+            + r[7:] for r in rows]
     from .cli import format_table
-    print(format_table(["device", "backend", "check", "compile ms", "run ms (median)", "max |err|", "detail"],
-                       rows))
+    print(format_table(["device", "backend", "check", "compile ms", "run ms (median)", "max |err|", "selection",
+                        "detail"], rows))
     return 1 if failures else 0

@@ -134,7 +134,7 @@ def blocker_for(graph: Graph | None, device: "Device | str", policy: DevicePolic
     avail = entry.availability(full=probe == FULL)
     if not avail.ok:
         return Blocker(UNAVAILABLE, f"not available: {avail.reason or 'probe failed'}",
-                       f"see `rlx devices`; fix the driver/hardware named above, or exclude it with "
+                       f"fix the driver or hardware named above, or exclude the device with "
                        f"{policy.env_prefix}_DENY_DEVICES={dev.label}")
     policy_block = policy.blocker(dev)
     if policy_block:
@@ -270,11 +270,11 @@ def device_report(graph: Graph | None = None, policy: DevicePolicy | None = None
     estimates = dict(ranked)
     best = ranked[0][0] if ranked else None
     order = [d for d, _ in ranked] + [d for d in blockers if d not in estimates]
-    return [_row(d, blockers[d], graph, d == best, estimates.get(d), calibrate, options) for d in order]
+    return [_row(d, blockers[d], graph, d == best, estimates.get(d), calibrate, options, probe) for d in order]
 
 
 def _row(dev: Device, block: Blocker | None, graph: Graph | None, recommended: bool, estimate: float | None,
-         calibrate: bool, options: CompileOptions | None) -> DeviceCandidate:
+         calibrate: bool, options: CompileOptions | None, probe: str) -> DeviceCandidate:
     entry = _entry(dev)
     kind = block.kind if block else None
     supports = None if graph is None or kind in (UNREGISTERED, UNAVAILABLE) else kind != UNSUPPORTED
@@ -282,8 +282,7 @@ def _row(dev: Device, block: Blocker | None, graph: Graph | None, recommended: b
         supports = _support_blocker(graph, dev, entry, DevicePolicy.all(), options) is None
     caps, detail = (), ""
     if entry is not None:
-        avail = entry.availability(full=False)
-        detail = avail.reason
+        detail = entry.availability(full=probe == FULL).reason  # (the full probe names the adapter)
         if entry.backend is not None or kind not in (UNREGISTERED, UNAVAILABLE):
             try:
                 caps = tuple(sorted(entry.get().advisory_capabilities()))

@@ -104,7 +104,7 @@ def test_entry_point_discovery_and_rlx_devices(tmp_path):
         g = Graph("g")
         g.set_outputs([g.exp(g.input("x", (2,)))])
         print(Session("tpu").compile(g).run({"x": np.zeros(2, np.float32)})[0])
-        main(["devices"])
+        main(["devices", "--probe", "full"])
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env=_installed_here(tmp_path))
@@ -112,7 +112,8 @@ def test_entry_point_discovery_and_rlx_devices(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0] == "loaded rlx-tpu" and lines[1] == "[1. 1.]"
     row = next(line for line in lines if line.startswith("tpu"))
-    assert "yes" in row and f"standing in for a TPU (RLX_TPU_PLATFORM={PLATFORM})" in row
+    detail = next(line for line in lines if line.startswith("  tpu: "))
+    assert "yes" in row and f"standing in for a TPU (RLX_TPU_PLATFORM={PLATFORM})" in detail
 
 
 def test_tpu_platform_rejects_64_bit_floats_at_compile_time(monkeypatch):

@@ -38,4 +38,5 @@ def test_a_corrupt_cache_is_measured_again(cache_home):
 
 
 def test_the_hook_ignores_other_backends():
-    assert registry().calibrate("cpu", Device.CPU) is None
+    from rlx_wgpu import plugin
+    assert plugin.rlx_calibrate(backend="cpu", device=Device.CPU) is None

@@ -88,7 +88,7 @@ def test_f16_is_rejected_by_legalize_without_shader_f16():
 
 def test_rlx_devices_lists_the_wgpu_devices(capsys):
     from rlx_core.cli import main
-    main(["devices"])
+    main(["devices", "--probe", "full"])
     out = capsys.readouterr().out
     for label in ("gpu", "vulkan", "opengl", "directx", "webgpu"):
         assert f"{label} " in out
