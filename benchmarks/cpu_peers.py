@@ -164,11 +164,11 @@ def _jax_table(jax, jnp) -> dict[str, Callable]:
 
 # --- numpy --------------------------------------------------------------------------------
 def numpy_runner(graph: Graph, params: dict, threads: int) -> Runner:
-    """Plain numpy, one call per op as a user would write it (scipy's ``erf`` for gelu).
-    BLAS runs on numpy's OpenBLAS with its own thread count (all cores): ``threads`` is
-    not forced, because setting OpenBLAS's count while scipy's OpenBLAS is loaded too
-    makes every multi-threaded GEMM stall (20 ms instead of 0.3 ms on this machine)."""
+    """Plain numpy, one call per op as a user would write it (BLAS uses ``threads``
+    through numpy's OpenBLAS; scipy's ``erf`` for gelu)."""
     from scipy.special import erf
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(threads)
 
     def gelu(x, approximate=False):
         return 0.5 * x * (1 + erf(x / np.float32(math.sqrt(2))))

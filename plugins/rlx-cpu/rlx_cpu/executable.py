@@ -35,10 +35,12 @@ from .kernels import Bound, Call, build_calls, scratch_shapes
 from .kernels.fused import split_unprofitable
 from .plan import Scratch, plan_memory
 from .schedule import schedule
+from .threads import blas_threads, plan_blas_call
 
 __all__ = ["CpuExecutable", "DEFAULT_ALIGNMENT"]
 
 DEFAULT_ALIGNMENT = 64
+BLAS_CALLS = (np.matmul,)  # calls whose use of the cores ``threads.plan_blas_call`` decides
 _OUT_VARIANTS = 4  # out= buffer sets remembered per executable
 
 
@@ -113,7 +115,7 @@ class CpuExecutable(ExecutableGraph):
             else:
                 scratch = [arrays[Scratch(i, k)] for k in range(len(self.plan.scratch[i]))]
                 calls = build_calls(Bound(step, self.graph, ins, outs, scratch, self._ctx))
-            out.append((step.label, calls))
+            out.append((step.label, [plan_blas_call(c) if c.fn in BLAS_CALLS else c for c in calls]))
         return out
 
     def _generate(self, arrays: dict) -> Callable[[Mapping[str, np.ndarray]], None]:
@@ -180,9 +182,11 @@ class _Feed:
 def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None = None
                   ) -> Callable[[Mapping[str, np.ndarray]], None]:
     """One function ``run(feeds)`` making every call in order, its arguments bound as
-    closure variables (``_Feed`` arguments read ``feeds[name]``). numpy floating-point
-    warnings are silenced around the body when it makes numpy calls (inf and NaN are
-    defined results, as in the reference); with a tracer, every labelled step is a span."""
+    closure variables (``_Feed`` arguments read ``feeds[name]``). BLAS calls switch
+    OpenBLAS's thread count where their ``threads`` differs from the current one (and
+    OpenBLAS's own counts are restored at the end). numpy floating-point warnings are silenced around
+    the body when it makes numpy calls (inf and NaN are defined results, as in the
+    reference); with a tracer, every labelled step is a span."""
     names: dict[int, str] = {}
     bound: dict[str, Any] = {}
 
@@ -196,10 +200,15 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
             bound[names[id(obj)]] = obj
         return names[id(obj)]
 
+    control = blas_threads()
+    threads = None  # OpenBLAS's own counts
     body, numpy_calls = [], False
     for label, calls in steps:
         lines = []
         for c in calls:
+            if control is not None and c.threads is not None and c.threads != threads:
+                threads = c.threads
+                lines.append(f"{name_of(control.set)}({threads})")
             args = [name_of(a) for a in c.args] + [f"{k}={name_of(v)}" for k, v in c.kwargs.items()]
             lines.append(f"{name_of(c.fn)}({', '.join(args)})")
             numpy_calls |= not (jit.is_compiled(c.fn) or _cannot_warn(c))
@@ -209,6 +218,8 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
     if tracer is not None:
         bound["span"] = tracer.span
         body.append(f"{name_of(tracer.end_run)}()")
+    if threads is not None:  # give OpenBLAS its own counts back, whatever happens
+        body = ["try:"] + ["    " + line for line in body] + ["finally:", f"    {name_of(control.restore)}()"]
     if numpy_calls:
         bound["errstate"] = np.errstate
         body = ["with errstate(all='ignore'):"] + ["    " + line for line in body]

@@ -28,11 +28,13 @@ __all__ = ["Call", "Bound", "kernel", "build_calls", "scratch_shapes", "referenc
 
 
 class Call(NamedTuple):
-    """``fn(*args, **kwargs)``: one statement of a compiled run."""
+    """``fn(*args, **kwargs)``: one statement of a compiled run (``threads``: the BLAS
+    thread count it runs with, for BLAS calls; see ``rlx_cpu.threads``)."""
 
     fn: Callable
     args: tuple = ()
     kwargs: dict = {}
+    threads: int | None = None
 
 
 @dataclass
