@@ -164,11 +164,13 @@ def _jax_table(jax, jnp) -> dict[str, Callable]:
 
 # --- numpy --------------------------------------------------------------------------------
 def numpy_runner(graph: Graph, params: dict, threads: int) -> Runner:
-    """Plain numpy, one call per op as a user would write it (BLAS uses ``threads``
-    through numpy's OpenBLAS; scipy's ``erf`` for gelu)."""
+    """Plain numpy, one call per op as a user would write it (scipy's ``erf`` for gelu);
+    BLAS on numpy's OpenBLAS with its own thread count, which must be ``threads``."""
     from scipy.special import erf
-    from threadpoolctl import threadpool_limits
-    threadpool_limits(threads)
+    from threadpoolctl import threadpool_info
+    counts = {i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"}
+    if counts and counts != {threads}:
+        raise RuntimeError(f"numpy's OpenBLAS runs {counts} threads, the benchmark asks for {threads}")
 
     def gelu(x, approximate=False):
         return 0.5 * x * (1 + erf(x / np.float32(math.sqrt(2))))
