@@ -135,9 +135,10 @@ def test_uncalibrated_devices_get_nominal_figures(fakes):
 
 
 def test_fusion_comes_from_advisory_capabilities(helpers):
-    register_backends(helpers.FakePlugin(helpers.RefBackend("fuser", "gpu", caps=frozenset({"fused_elementwise"}))))
+    register_backends(helpers.FakePlugin(helpers.RefBackend("fuser", "gpu", caps=frozenset({"fused_elementwise"})),
+                                         helpers.RefBackend("plain", "rocm")))
     assert device_figures("gpu").fuses_elementwise
-    assert not device_figures("cpu").fuses_elementwise
+    assert not device_figures("rocm").fuses_elementwise
 
 
 class PartialCalibrator:

@@ -44,11 +44,11 @@ def test_run_run_on_and_run_chain(router, helpers):
     want = helpers.expected_tanh(x, W)
     device, out = router.run({"x": x}, hint="gpu")
     assert device == GPU
-    np.testing.assert_allclose(out[0], want, rtol=1e-6)
-    np.testing.assert_allclose(router.run_on("cpu", {"x": x})[0], want, rtol=1e-6)
+    np.testing.assert_allclose(out[0], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(router.run_on("cpu", {"x": x})[0], want, rtol=1e-4, atol=1e-5)
     device, out = router.run_chain({"x": x})  # rocm fails at run time: the chain moves on
     assert device == GPU and router.runner.last_run.attempts[0][0] == "rocm"
-    np.testing.assert_allclose(out[0], want, rtol=1e-6)
+    np.testing.assert_allclose(out[0], want, rtol=1e-4, atol=1e-5)
 
 
 def test_params_set_later_reach_every_warm_device(router, helpers):
@@ -56,7 +56,7 @@ def test_params_set_later_reach_every_warm_device(router, helpers):
     router.set_param("w", W * 3)
     router.set_param_typed("w", (W * 3).tobytes(), "f32")
     for dev in ("cpu", "gpu"):
-        np.testing.assert_allclose(router.run_on(dev, {"x": x})[0], helpers.expected_tanh(x, W * 3), rtol=1e-6)
+        np.testing.assert_allclose(router.run_on(dev, {"x": x})[0], helpers.expected_tanh(x, W * 3), rtol=1e-4, atol=1e-5)
 
 
 def test_concurrent_runs_from_8_threads_are_correct(fakes, helpers):
@@ -79,7 +79,7 @@ def test_concurrent_runs_from_8_threads_are_correct(fakes, helpers):
                     out = router.run_on(("gpu", "cpu")[i % 2], {"x": x})
                 else:
                     _, out = router.run({"x": x})
-                if not np.allclose(out[0], helpers.expected_tanh(x, W), rtol=1e-6):
+                if not np.allclose(out[0], helpers.expected_tanh(x, W), rtol=1e-4, atol=1e-5):
                     mismatches.append((i, step))
         except Exception as e:  # surfaced below with the thread's context
             errors.append((i, repr(e)))
@@ -108,7 +108,7 @@ def test_rewarm_on_thermal_state_changes_only(fakes, helpers):
     thermo.state = ThermalState("nominal")
     _, out = router.run({"x": x}, hint="gpu")
     assert router.rewarms == 2
-    np.testing.assert_allclose(out[0], helpers.expected_tanh(x, W), rtol=1e-6)  # params replayed
+    np.testing.assert_allclose(out[0], helpers.expected_tanh(x, W), rtol=1e-4, atol=1e-5)  # params replayed
 
 
 def test_thermal_checks_are_rate_limited_and_can_be_disabled(fakes, helpers):

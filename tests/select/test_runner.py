@@ -24,8 +24,8 @@ def runner(fakes, helpers):
 def test_parity_across_devices_with_shared_params(runner, helpers):
     want = helpers.expected_tanh(X, W)
     cpu, gpu = runner.run("cpu", {"x": X}), runner.run("gpu", {"x": X})
-    np.testing.assert_allclose(cpu[0], want, rtol=1e-6)
-    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-6)
+    np.testing.assert_allclose(cpu[0], want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-4, atol=1e-5)
     assert set(runner.compiled_devices()) == {CPU, GPU}
 
 
@@ -33,8 +33,8 @@ def test_params_reach_devices_compiled_before_and_after(runner, helpers):
     runner.run("cpu", {"x": X})
     w2 = W * 2
     runner.set_param("w", w2)  # pushed to the compiled cpu graph
-    np.testing.assert_allclose(runner.run("cpu", {"x": X})[0], helpers.expected_tanh(X, w2), rtol=1e-6)
-    np.testing.assert_allclose(runner.run("gpu", {"x": X})[0], helpers.expected_tanh(X, w2), rtol=1e-6)
+    np.testing.assert_allclose(runner.run("cpu", {"x": X})[0], helpers.expected_tanh(X, w2), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(runner.run("gpu", {"x": X})[0], helpers.expected_tanh(X, w2), rtol=1e-4, atol=1e-5)
 
 
 def test_typed_params_and_sync(runner, helpers, fakes):
@@ -79,7 +79,7 @@ def test_run_try_falls_back_past_unavailable_and_failing_devices(runner, helpers
     caplog.set_level(logging.WARNING, logger="rlx.select")
     device, out = runner.run_try(["cuda", "rocm", "metal", "cpu", "gpu"], {"x": X})
     assert device == CPU
-    np.testing.assert_allclose(out[0], helpers.expected_tanh(X, W), rtol=1e-6)
+    np.testing.assert_allclose(out[0], helpers.expected_tanh(X, W), rtol=1e-4, atol=1e-5)
     record = runner.last_run
     assert record.device == CPU and record.method == "run_try" and record.fell_back
     assert [d for d, _ in record.attempts] == ["cuda", "rocm", "metal"]

@@ -7,11 +7,12 @@ from typing import Mapping
 
 from rlx_core.ir import Graph, all_schemas
 from rlx_core.reference import has_kernel
-from rlx_core.runtime import Availability, Backend, CompileOptions, Device, registry
+from rlx_core.runtime import Availability, Backend, CompileOptions, Device, ExecutableGraph, registry
 
-from .executable import CpuExecutable
+__all__ = ["CpuBackend", "CAPABILITIES"]
 
-__all__ = ["CpuBackend"]
+# What compiled graphs can do (see rlx_core.runtime.CAPABILITIES).
+CAPABILITIES = frozenset({"clone", "typed_io", "out_buffers", "control_flow", "fused_elementwise"})
 
 
 class CpuBackend(Backend):
@@ -27,7 +28,8 @@ class CpuBackend(Backend):
         return {kind: None for kind in all_schemas() if has_kernel(kind)}
 
     def advisory_capabilities(self) -> frozenset[str]:
-        return CpuExecutable.capabilities
+        return CAPABILITIES
 
-    def compile(self, graph: Graph, options: CompileOptions) -> CpuExecutable:
+    def compile(self, graph: Graph, options: CompileOptions) -> ExecutableGraph:
+        from .executable import CpuExecutable  # numba and the kernels: loaded on the first compile
         return CpuExecutable(graph, options, registry().op_kernels(self.name))

@@ -1,30 +1,53 @@
-"""CpuExecutable: a memory-planned arena plus a flat list of bound kernel steps."""
+"""CpuExecutable: a fused schedule, a planned arena, and a generated straight-line run.
+
+Compilation: ``schedule`` groups nodes into steps (fusion), measured groups that run
+faster unfused are split again, ``plan_memory`` turns movement steps into views and
+places every other value in one arena, and each step's builder binds its kernels to
+its buffers. The bound calls are then written out as the body of one Python function
+(``f3(a7, a8, out=a9)`` ...) whose names are closure variables: a run is a sequence of
+direct calls with no loop, no dict lookup and no shape check per op.
+
+A run copies the inputs into the arena, runs that function and copies the outputs
+out; with ``out=`` arrays, the outputs are written straight into them (a variant of
+the run, built on first use with those arrays and kept for the next runs), so a
+steady-state ``run(..., out=...)`` allocates no tensor memory. Runs on one executable
+are serialized by a lock (the arena is shared state).
+
+Backend options (``CompileOptions(backend={...})``): ``arena_alignment`` (bytes, default
+64) and ``fusion`` (default on, except when tracing: a traced executable runs every
+node as its own step, so that the trace attributes time to ops).
+"""
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping, Sequence
+from collections import OrderedDict
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from rlx_core.ir import Graph, Ref
+from rlx_core import Graph, Ref
 from rlx_core.reference import RefContext
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 
-from .kernels import build_step
-from .plan import plan_memory
+from . import jit
+from .backend import CAPABILITIES
+from .kernels import Bound, Call, build_calls, scratch_shapes
+from .kernels.fused import split_unprofitable
+from .plan import Scratch, plan_memory
+from .schedule import schedule
+from .threads import blas_threads, plan_blas_call
 
 __all__ = ["CpuExecutable", "DEFAULT_ALIGNMENT"]
 
 DEFAULT_ALIGNMENT = 64
+BLAS_CALLS = (np.matmul,)  # calls whose use of the cores ``threads.plan_blas_call`` decides
+_OUT_VARIANTS = 4  # out= buffer sets remembered per executable
 
 
 class CpuExecutable(ExecutableGraph):
-    """Runs one graph: inputs are copied into the arena, every step writes into
-    planned buffers, outputs are copied out (or into the caller's ``out=`` arrays).
-    A steady-state run therefore allocates no tensor memory when ``out=`` is given.
-    Runs on one executable are serialized by a lock (the arena is shared state)."""
+    """One graph compiled for the CPU (see the module docstring)."""
 
-    capabilities = frozenset({"clone", "typed_io", "out_buffers", "control_flow"})
+    capabilities = CAPABILITIES
 
     def __init__(self, graph: Graph, options: CompileOptions, extra_kernels: Mapping[str, Any]):
         self.graph = graph
@@ -33,69 +56,109 @@ class CpuExecutable(ExecutableGraph):
         self._extra = dict(extra_kernels)
         self._lock = threading.Lock()
         self._subexec: dict[int, CpuExecutable] = {}
+        self._ctx = _StepContext(self)
+        self._tracer = Tracer(graph.name, "cpu") if options.tracing else None
         alignment = int(options.backend.get("arena_alignment", DEFAULT_ALIGNMENT))
-        order = [n.id for n in graph.nodes if n.kind not in ("input", "param", "constant")]
-        self.plan = plan_memory(graph, order, alignment)
+        fuse = bool(options.backend.get("fusion", not options.tracing))
+        steps = split_unprofitable(graph, schedule(graph, overridden=self._extra, fuse=fuse))
+        scratch = [[] if s.kind in self._extra else scratch_shapes(s, graph) for s in steps]
+        self.plan = plan_memory(graph, steps, scratch, alignment)
         self.arena = _aligned_bytes(self.plan.size, alignment)
-        arrays = self._bind_arrays()
-        ctx = _StepContext(self)
-        self._steps = [(graph.nodes[nid].label,
-                        self._build(graph.nodes[nid], [arrays[r] for r in graph.nodes[nid].inputs],
-                                    [arrays[Ref(nid, i)] for i in range(len(graph.nodes[nid].outputs))], ctx))
-                       for nid in order]
-        self._inputs = {n.attrs["name"]: arrays[Ref(n.id)] for n in graph.input_nodes}
+        self._buffers = self._bind_buffers()
+        arrays = self._bind_views(self._buffers)
         self._params = {n.attrs["name"]: arrays[Ref(n.id)] for n in graph.param_nodes}
         self._outputs = [arrays[r] for r in graph.outputs]
-        self._tracer = Tracer(graph.name, "cpu") if options.tracing else None
+        self._run = self._generate(arrays)
+        self._direct = self._direct_outputs()
+        self._variants: OrderedDict[tuple[int, ...], tuple[list[np.ndarray], Callable, list]] = OrderedDict()
 
-    def _bind_arrays(self) -> dict[Ref, np.ndarray]:
-        """One array per value: arena views, persistent param buffers, constants, aliases."""
-        arrays: dict[Ref, np.ndarray] = {}
+    @property
+    def steps(self):
+        """The steps of the compiled schedule (fused groups, single nodes), in run order."""
+        return self.plan.steps
+
+    # --- binding ----------------------------------------------------------------------------
+    def _bind_buffers(self) -> dict:
+        """Arrays for every value and scratch that owns bytes: arena slices, params, constants."""
+        buffers: dict = {}
         for node in self.graph.nodes:
             for i, shape in enumerate(node.outputs):
-                ref = Ref(node.id, i)
                 if node.kind == "param":
-                    arrays[ref] = np.zeros(shape.dims, shape.dtype.np)
+                    buffers[Ref(node.id, i)] = np.zeros(shape.dims, shape.dtype.np)
                 elif node.kind == "constant":
-                    arrays[ref] = node.attrs["value"]
-                elif ref in self.plan.aliases:
-                    arrays[ref] = arrays[self.plan.aliases[ref]].reshape(shape.dims)
-                else:
-                    p = self.plan.placements[ref]
-                    raw = self.arena[p.offset:p.offset + p.nbytes]
-                    arrays[ref] = raw.view(shape.dtype.np).reshape(shape.dims)
+                    buffers[Ref(node.id, i)] = node.attrs["value"]
+        for key, p in self.plan.placements.items():
+            shape = self.graph.shape_of(key) if isinstance(key, Ref) else self.plan.scratch[key.step][key.index]
+            raw = self.arena[p.offset:p.offset + p.nbytes]
+            buffers[key] = raw.view(shape.dtype.np).reshape(shape.dims)
+        return buffers
+
+    def _bind_views(self, buffers: dict) -> dict:
+        """``buffers`` plus every view value, taken (in graph order) of the value it views."""
+        arrays = dict(buffers)
+        for node in self.graph.nodes:
+            for i in range(len(node.outputs)):
+                view = self.plan.views.get(Ref(node.id, i))
+                if view is not None:
+                    source, take = view
+                    arrays[Ref(node.id, i)] = take(arrays[source])
         return arrays
 
-    def _build(self, node, ins, outs, ctx):
-        extra = self._extra.get(node.kind)
-        if extra is not None:  # a plugin-provided kernel: fn(*inputs, **attrs) -> array(s)
-            def step():
-                res = extra(*ins, **node.attrs)
-                for dst, src in zip(outs, res if isinstance(res, (tuple, list)) else [res]):
-                    np.copyto(dst, src)
-            return step
-        return build_step(node, ins, outs, ctx)
+    def _calls(self, arrays: dict) -> list[tuple[str, list[Call]]]:
+        """Every step's bound calls, labelled."""
+        out = []
+        for i, step in enumerate(self.plan.steps):
+            ins = [arrays[r] for r in step.inputs]
+            outs = [arrays[r] for r in step.outputs]
+            if step.kind in self._extra:
+                calls = [Call(_extra_kernel_call(self._extra[step.kind], step.node.attrs, ins, outs))]
+            else:
+                scratch = [arrays[Scratch(i, k)] for k in range(len(self.plan.scratch[i]))]
+                calls = build_calls(Bound(step, self.graph, ins, outs, scratch, self._ctx))
+            out.append((step.label, [plan_blas_call(c) if c.fn in BLAS_CALLS else c for c in calls]))
+        return out
 
-    # --- ExecutableGraph ------------------------------------------------------------
+    def _generate(self, arrays: dict) -> Callable[[Mapping[str, np.ndarray]], None]:
+        copies = [Call(np.copyto, (arrays[Ref(n.id)], _Feed(n.attrs["name"]))) for n in self.graph.input_nodes]
+        return straight_line([(None, copies)] + self._calls(arrays), self._tracer)
+
+    # --- out= buffers ---------------------------------------------------------------------
+    def _direct_outputs(self) -> list[bool]:
+        """Which outputs a run may compute straight into the caller's ``out=`` array:
+        values a step writes (not inputs, params, constants or views), listed once."""
+        produced = {r for s in self.plan.steps for r in s.outputs}
+        return [r in produced and self.graph.outputs.count(r) == 1 for r in self.graph.outputs]
+
+    def _variant(self, out: Sequence[np.ndarray]) -> tuple[Callable, list[tuple[np.ndarray, np.ndarray]]]:
+        """The run writing into ``out`` directly where it can, and the copies left to do."""
+        key = tuple(map(id, out))
+        hit = self._variants.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], out)):
+            self._variants.move_to_end(key)
+            return hit[1], hit[2]
+        direct = {r: o for r, o, ok in zip(self.graph.outputs, out, self._direct)
+                  if ok and o.flags.c_contiguous and o.flags.aligned}
+        buffers = {**self._buffers, **direct}
+        run = self._generate(self._bind_views(buffers))
+        copies = [(o, src) for r, o, src in zip(self.graph.outputs, out, self._outputs) if r not in direct]
+        self._variants[key] = (list(out), run, copies)
+        if len(self._variants) > _OUT_VARIANTS:
+            self._variants.popitem(last=False)
+        return run, copies
+
+    # --- ExecutableGraph ------------------------------------------------------------------
     def set_param(self, name: str, value: np.ndarray) -> None:
         with self._lock:
             np.copyto(self._params[name], value)
 
     def run(self, inputs: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         with self._lock:
-            for name, view in self._inputs.items():
-                np.copyto(view, inputs[name])
-            if self._tracer is None:
-                for _, step in self._steps:
-                    step()
-            else:
-                for label, step in self._steps:
-                    with self._tracer.span(label):
-                        step()
-                self._tracer.end_run()
             if out is None:
+                self._run(inputs)
                 return [o.copy() for o in self._outputs]
-            for dst, src in zip(out, self._outputs):
+            run, copies = self._variant(out)
+            run(inputs)
+            for dst, src in copies:
                 np.copyto(dst, src)
             return list(out)
 
@@ -107,6 +170,83 @@ class CpuExecutable(ExecutableGraph):
             self._subexec[id(graph)] = exe
         exe.rng = self.rng
         return exe
+
+
+class _Feed:
+    """Placeholder argument: the run's input called ``name``."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None = None
+                  ) -> Callable[[Mapping[str, np.ndarray]], None]:
+    """One function ``run(feeds)`` making every call in order, its arguments bound as
+    closure variables (``_Feed`` arguments read ``feeds[name]``). BLAS calls switch
+    OpenBLAS's thread count where their ``threads`` differs from the current one (and
+    OpenBLAS's own counts are restored at the end). numpy floating-point warnings are silenced around
+    the body when it makes numpy calls (inf and NaN are defined results, as in the
+    reference); with a tracer, every labelled step is a span."""
+    names: dict[int, str] = {}
+    bound: dict[str, Any] = {}
+
+    def name_of(obj) -> str:
+        if isinstance(obj, _Feed):
+            return f"feeds[{obj.name!r}]"
+        if obj is None or isinstance(obj, (bool, int, str)):
+            return repr(obj)
+        if id(obj) not in names:
+            names[id(obj)] = f"v{len(names)}"
+            bound[names[id(obj)]] = obj
+        return names[id(obj)]
+
+    control = blas_threads()
+    threads = None  # OpenBLAS's own counts
+    body, numpy_calls = [], False
+    for label, calls in steps:
+        lines = []
+        for c in calls:
+            if control is not None and c.threads is not None and c.threads != threads:
+                threads = c.threads
+                lines.append(f"{name_of(control.set)}({threads})")
+            args = [name_of(a) for a in c.args] + [f"{k}={name_of(v)}" for k, v in c.kwargs.items()]
+            lines.append(f"{name_of(c.fn)}({', '.join(args)})")
+            numpy_calls |= not (jit.is_compiled(c.fn) or _cannot_warn(c))
+        if tracer is not None and label is not None:
+            lines = [f"with span({label!r}):"] + ["    " + line for line in lines]
+        body += lines
+    if tracer is not None:
+        bound["span"] = tracer.span
+        body.append(f"{name_of(tracer.end_run)}()")
+    if threads is not None:  # give OpenBLAS its own counts back, whatever happens
+        body = ["try:"] + ["    " + line for line in body] + ["finally:", f"    {name_of(control.restore)}()"]
+    if numpy_calls:
+        bound["errstate"] = np.errstate
+        body = ["with errstate(all='ignore'):"] + ["    " + line for line in body]
+    params = ", ".join(bound)
+    source = f"def make({params}):\n    def run(feeds):\n" + \
+        "".join(f"        {line}\n" for line in body or ["pass"]) + "    return run\n"
+    namespace: dict[str, Any] = {}
+    exec(compile(source, "<rlx-cpu run>", "exec"), namespace)
+    return namespace["make"](**bound)
+
+
+def _cannot_warn(call: Call) -> bool:
+    """A numpy call that raises no floating-point warning: a copy within one dtype (a run's
+    inputs are checked to have their declared dtype)."""
+    if call.fn is not np.copyto or call.kwargs:
+        return False
+    dst, src = call.args
+    return isinstance(src, _Feed) or (isinstance(src, np.ndarray) and src.dtype == dst.dtype)
+
+
+def _extra_kernel_call(fn, attrs, ins, outs) -> Callable[[], None]:
+    """A plugin-provided kernel ``fn(*inputs, **attrs) -> array(s)``, copied into the outputs."""
+    def step():
+        res = fn(*ins, **attrs)
+        for dst, src in zip(outs, res if isinstance(res, (tuple, list)) else [res]):
+            np.copyto(dst, src)
+    return step
 
 
 class _StepContext(RefContext):
@@ -133,7 +273,7 @@ class _StepContext(RefContext):
 
 
 def _aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:
-    """A uint8 buffer of ``nbytes`` whose first byte is ``alignment``-aligned."""
-    raw = np.empty(nbytes + alignment, np.uint8)
+    """A zeroed uint8 buffer of ``nbytes`` whose first byte is ``alignment``-aligned."""
+    raw = np.zeros(nbytes + alignment, np.uint8)
     shift = (-raw.ctypes.data) % alignment
     return raw[shift:shift + nbytes]

@@ -1,25 +1,47 @@
-"""Memory planning: every intermediate value gets a fixed slice of one arena.
+"""Memory planning: every value a step writes gets a fixed slice of one arena.
 
 Values whose lifetimes do not overlap share bytes. Lifetimes are step intervals
-``[defined, last used]``; graph outputs live to the end. Placement is greedy by size
-(largest first, each at the lowest aligned offset that does not collide with an
-already placed value whose lifetime overlaps), which is near-optimal for the chains
-and diamonds that neural networks are made of.
+``[defined, last used]``; graph inputs are defined before the first step and graph
+outputs live to the end. Steps may also ask for *scratch* (temporaries that live only
+during the step). Placement is greedy by size (largest first, each at the lowest
+aligned offset that does not collide with an already placed value whose lifetime
+overlaps), which is near-optimal for the chains and diamonds neural networks are
+made of.
 
-Values that need no arena bytes: params and constants (persistent buffers of their
-own) and *aliases* -- outputs of ops that are views of an input (reshape of a
-contiguous value), which extend the lifetime of the value they view instead.
+Values that need no arena bytes:
+
+* params and constants: persistent buffers of their own;
+* *views*: a ``reshape``, ``transpose``, ``slice``, ``split`` or ``expand`` whose result
+  numpy can express as a view of its input (given the input's layout) is that view --
+  no step, no copy; the viewed buffer lives as long as its views. A view is refused
+  where a BLAS consumer (matmul, attention) needs a layout BLAS takes (one unit stride
+  in the last two axes) and the view would not have one: there a copy is cheaper than
+  numpy's internal one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
-from rlx_core.ir import Graph, Ref
+import numpy as np
 
-__all__ = ["Placement", "MemoryPlan", "plan_memory", "ALIAS_KINDS"]
+from rlx_core import Graph, Node, Ref
 
-# Kinds whose output may share its input's bytes: same elements, same order.
-ALIAS_KINDS = frozenset({"reshape"})
+from .schedule import FUSED, Step
+
+__all__ = ["Placement", "MemoryPlan", "Scratch", "plan_memory", "view_function", "VIEW_KINDS", "blas_operand"]
+
+VIEW_KINDS = frozenset({"reshape", "transpose", "slice", "split", "expand"})
+PERSISTENT_KINDS = ("param", "constant")
+BLAS_KINDS = frozenset({"matmul", "attention"})
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """Temporary ``index`` of step ``step`` (a key distinct from every Ref)."""
+
+    step: int
+    index: int
 
 
 @dataclass(frozen=True)
@@ -32,69 +54,149 @@ class Placement:
 
 @dataclass
 class MemoryPlan:
-    placements: dict[Ref, Placement]
-    aliases: dict[Ref, Ref]  # value -> the value whose bytes it views
+    placements: dict[Ref | Scratch, Placement]
+    views: dict[Ref, tuple[Ref, Callable[[np.ndarray], np.ndarray]]]  # value -> (viewed value, how)
+    steps: list[Step]  # the steps that remain (view steps removed)
+    scratch: list[list]  # each remaining step's temporaries (Shapes)
     size: int
     alignment: int
 
     def root(self, ref: Ref) -> Ref:
-        while ref in self.aliases:
-            ref = self.aliases[ref]
+        """The value whose buffer ``ref`` lives in."""
+        while ref in self.views:
+            ref = self.views[ref][0]
         return ref
 
 
-def plan_memory(graph: Graph, order: list[int], alignment: int = 64) -> MemoryPlan:
-    """Plan the arena for running ``graph``'s nodes in ``order`` (node ids)."""
-    step_of = {nid: i for i, nid in enumerate(order)}
-    aliases: dict[Ref, Ref] = {}
-    first: dict[Ref, int] = {}
-    last: dict[Ref, int] = {}
-    persistent = {n.id for n in graph.nodes if n.kind in ("param", "constant")}
+def view_function(node: Node, index: int = 0) -> Callable[[np.ndarray], np.ndarray]:
+    """How output ``index`` of a movement node is taken from its input as a numpy view.
+
+    The function raises ValueError when the input's layout does not allow a view."""
+    a = node.attrs
+    if node.kind == "reshape":
+        dims = tuple(a["dims"])
+        return lambda x: np.reshape(x, dims, copy=False)
+    if node.kind == "transpose":
+        perm = tuple(a["perm"])
+        return lambda x: x.transpose(perm)
+    if node.kind == "slice":
+        index_tuple = tuple(slice(*b) for b in zip(a["starts"], a["stops"], a["steps"])) + (Ellipsis,)
+        return lambda x: x[index_tuple]
+    if node.kind == "split":
+        start = sum(a["sizes"][:index])
+        part = (slice(None),) * a["axis"] + (slice(start, start + a["sizes"][index]), Ellipsis)
+        return lambda x: x[part]
+    if node.kind == "expand":
+        dims = tuple(a["dims"])
+        return lambda x: np.broadcast_to(x, dims)
+    raise ValueError(f"{node.kind} is not a view kind")
+
+
+def blas_operand(x: np.ndarray) -> bool:
+    """Can BLAS read ``x``'s last two axes in place (numpy's own test, in short)?"""
+    if x.ndim < 2:
+        return x.ndim == 0 or x.strides[-1] == x.itemsize or x.shape[-1] <= 1
+    rows, cols = x.shape[-2:]
+    s_row, s_col = x.strides[-2:]
+    return (s_col == x.itemsize and s_row >= cols * x.itemsize) or \
+        (s_row == x.itemsize and s_col >= rows * x.itemsize) or x.size <= 1
+
+
+def _layout_model(shape, dtype) -> np.ndarray:
+    """An array with ``shape``'s C-contiguous strides and no memory behind it (never read):
+    numpy's view functions applied to it give the strides real views would have."""
+    itemsize = np.dtype(dtype).itemsize
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, tuple(reversed(strides)), writeable=False)
+
+
+def _views(graph: Graph, steps: list[Step]) -> dict[Ref, tuple[Ref, Callable]]:
+    """Which movement steps become views of their input (see the module docstring)."""
+    models = {}
+    blas_readers: set[Ref] = set()
+    for s in steps:
+        if s.kind in BLAS_KINDS:
+            blas_readers.update(s.inputs)
+        elif s.kind == FUSED and s.anchor is not None and s.anchor.kind == "matmul":
+            blas_readers.update(s.anchor.inputs)
+
+    def model(ref: Ref) -> np.ndarray:
+        if ref not in models:
+            shape = graph.shape_of(ref)
+            models[ref] = _layout_model(shape.dims, shape.dtype.np)
+        return models[ref]
+
+    views = {}
+    for s in steps:
+        if s.kind not in VIEW_KINDS:
+            continue
+        source = s.node.inputs[0]
+        taken = {}
+        for out in s.outputs:
+            fn = view_function(s.node, out.index)
+            try:
+                probe = fn(model(source))
+            except ValueError:  # numpy needs a copy for this layout
+                break
+            if out in blas_readers and not blas_operand(probe):
+                break
+            taken[out] = (source, fn, probe)
+        else:
+            for out, (src, fn, probe) in taken.items():
+                views[out] = (src, fn)
+                models[out] = probe
+    return views
+
+
+def plan_memory(graph: Graph, steps: list[Step], scratch: list[list], alignment: int = 64) -> MemoryPlan:
+    """Plan the arena for running ``steps``; ``scratch[i]`` lists step i's temporaries
+    (Shapes). View steps are removed from the returned plan's ``steps``."""
+    views = _views(graph, steps)
+    kept = [(s, sc) for s, sc in zip(steps, scratch) if not all(o in views for o in s.outputs)]
+    steps = [s for s, _ in kept]
+    persistent = {n.id for n in graph.nodes if n.kind in PERSISTENT_KINDS}
 
     def root(r: Ref) -> Ref:
-        while r in aliases:
-            r = aliases[r]
+        while r in views:
+            r = views[r][0]
         return r
 
-    for node in graph.nodes:
-        if node.kind == "input":
-            first[Ref(node.id)] = -1
-    for nid in order:
-        node = graph.nodes[nid]
-        step = step_of[nid]
-        for r in node.inputs:
+    first: dict[Ref | Scratch, int] = {Ref(n.id): -1 for n in graph.input_nodes}
+    last: dict[Ref | Scratch, int] = {}
+    sizes: dict[Ref | Scratch, int] = {r: graph.shape_of(r).nbytes for r in first}
+    for i, (s, temporaries) in enumerate(kept):
+        for r in s.inputs:
             base = root(r)
-            last[base] = max(last.get(base, -1), step)
-        if node.kind in ALIAS_KINDS and root(node.inputs[0]).node not in persistent:
-            aliases[Ref(nid)] = node.inputs[0]
-            continue
-        for i in range(len(node.outputs)):
-            first[Ref(nid, i)] = step
-    end = len(order)
+            last[base] = max(last.get(base, -1), i)
+        for r in s.outputs:
+            first[r] = i
+            sizes[r] = graph.shape_of(r).nbytes
+        for k, shape in enumerate(temporaries):
+            first[Scratch(i, k)] = last[Scratch(i, k)] = i
+            sizes[Scratch(i, k)] = shape.nbytes
     for r in graph.outputs:
         base = root(r)
         if base.node not in persistent:
-            last[base] = end
+            last[base] = len(steps)
 
-    sized = []
-    for ref, start in first.items():
-        nbytes = graph.shape_of(ref).nbytes
-        sized.append((ref, start, last.get(ref, start), nbytes))
-    sized.sort(key=lambda t: (-t[3], t[1], t[0]))
-
+    order = sorted(first, key=lambda k: (-sizes[k], first[k], str(k)))
     placed: list[tuple[int, int, int, int]] = []  # (offset, end_offset, first, last)
-    placements: dict[Ref, Placement] = {}
-    for ref, start, stop, nbytes in sized:
-        size = _round_up(max(nbytes, 1), alignment)
+    placements: dict[Ref | Scratch, Placement] = {}
+    for key in order:
+        start, stop = first[key], last.get(key, first[key])
+        size = _round_up(max(sizes[key], 1), alignment)
         offset = 0
-        for off, off_end, f, l in sorted(p for p in placed if not (p[3] < start or stop < p[2])):
+        for off, off_end, _, _ in sorted(p for p in placed if not (p[3] < start or stop < p[2])):
             if offset + size <= off:
                 break
             offset = max(offset, off_end)
         placed.append((offset, offset + size, start, stop))
-        placements[ref] = Placement(offset, nbytes, start, stop)
+        placements[key] = Placement(offset, sizes[key], start, stop)
     total = max((p[1] for p in placed), default=0)
-    return MemoryPlan(placements, aliases, total, alignment)
+    return MemoryPlan(placements, views, steps, [sc for _, sc in kept], total, alignment)
 
 
 def _round_up(n: int, a: int) -> int:

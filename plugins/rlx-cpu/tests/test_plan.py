@@ -2,8 +2,10 @@
 import tracemalloc
 
 import numpy as np
+import pytest
 
-from rlx_core import Graph, Session
+from rlx_core import CompileOptions, Graph, Session, evaluate, models
+from rlx_cpu.plan import Scratch
 
 
 def _chain(n=8, size=4096):
@@ -16,15 +18,16 @@ def _chain(n=8, size=4096):
     return g
 
 
-def _compiled(g):
-    return Session("cpu").compile(g)
+def _compiled(g, unfused=False):
+    return Session("cpu").compile(g, CompileOptions(backend={"fusion": False}) if unfused else None)
 
 
 def test_values_with_disjoint_lifetimes_share_bytes():
-    c = _compiled(_chain())
+    c = _compiled(_chain(), unfused=True)
     plan = c.executable.plan
     nbytes = 4096 * 4
-    # input + 16 intermediates (8 ops + 8 scalar constants aside) fit in a few buffers.
+    # input + 8 intermediates (the scalar constants aside) fit in a few buffers.
+    assert len(plan.placements) == 9
     assert plan.size <= 3 * nbytes
     placed = plan.placements
     for a, pa in placed.items():
@@ -61,3 +64,79 @@ def test_steady_state_run_with_out_allocates_no_tensor_memory():
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert peak - base < 4096, f"run allocated {peak - base} bytes at size {size}"
+
+
+def _allocated_per_run(compiled, inputs, out):
+    """Peak bytes tracemalloc sees during one steady-state ``run(..., out=out)``."""
+    for _ in range(3):
+        compiled.run(inputs, out=out)
+    tracemalloc.start()
+    peaks = []
+    for _ in range(3):
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        compiled.run(inputs, out=out)
+        peaks.append(tracemalloc.get_traced_memory()[1] - base)
+    tracemalloc.stop()
+    return max(peaks)
+
+
+@pytest.mark.parametrize("seq", [16, 128])
+def test_encoder_block_steady_state_allocates_under_4_kib(seq):
+    """The arena contract on the benchmark's transformer block, at two sequence lengths:
+    what a run allocates does not grow with the tensors."""
+    g, params = models.transformer_block(seq=seq, d_model=64, heads=4, ffn=128)
+    compiled = _compiled(g)
+    compiled.set_params(params)
+    inputs = models.example_inputs(g)
+    out = [np.empty(s.dims, s.dtype.np) for s in compiled.output_shapes]
+    assert _allocated_per_run(compiled, inputs, out) < 4096
+    np.testing.assert_allclose(out[0], evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_movement_ops_become_views():
+    g, _ = models.transformer_block(seq=8, d_model=16, heads=2, ffn=24)
+    exe = _compiled(g).executable
+    kinds = {g.nodes[r.node].kind for r in exe.plan.views}
+    assert {"split", "reshape", "transpose"} <= kinds
+    for ref, (source, _) in exe.plan.views.items():
+        assert ref not in exe.plan.placements  # a view has no bytes of its own
+
+
+def test_scratch_lives_only_during_its_step():
+    g, _ = models.transformer_block(seq=8, d_model=16, heads=2, ffn=24)
+    plan = _compiled(g).executable.plan
+    scratch = [(k, p) for k, p in plan.placements.items() if isinstance(k, Scratch)]
+    assert scratch and all(p.first == p.last == k.step for k, p in scratch)
+
+
+def test_out_buffers_are_written_directly():
+    g, params = models.mlp(batch=2, sizes=(6, 5, 4))
+    compiled = _compiled(g)
+    compiled.set_params(params)
+    exe = compiled.executable
+    inputs = models.example_inputs(g)
+    out = [np.full((2, 4), np.nan, np.float32)]
+    compiled.run(inputs, out=out)
+    _, copies = exe._variant(out)
+    assert copies == []  # the last kernel wrote into out[0] itself
+    np.testing.assert_allclose(out[0], evaluate(g, inputs, params)[0], rtol=1e-5)
+    strided = [np.empty((4, 2), np.float32).T]  # not contiguous: computed in the arena, then copied
+    compiled.run(inputs, out=strided)
+    assert len(exe._variant(strided)[1]) == 1
+    np.testing.assert_allclose(strided[0], out[0])
+
+
+def test_an_output_that_is_an_input_or_param_is_copied():
+    g = Graph("passthrough")
+    x = g.input("x", (3,))
+    w = g.param("w", (3,))
+    g.set_outputs([x, w, x * w])
+    compiled = _compiled(g)
+    compiled.set_param("w", np.arange(3, dtype=np.float32))
+    x_val = np.ones(3, np.float32)
+    out = [np.empty(3, np.float32) for _ in range(3)]
+    compiled.run({"x": x_val}, out=out)
+    np.testing.assert_array_equal(out[0], x_val)
+    np.testing.assert_array_equal(out[1], [0, 1, 2])
+    np.testing.assert_array_equal(out[2], [0, 1, 2])

@@ -1,0 +1,176 @@
+"""Shared helpers of the benchmarks: measuring, isolating, summarizing, recording.
+
+* ``use_checkout()`` puts this checkout's ``rlx_core`` and plugins first on
+  ``sys.path``, so a benchmark measures the code next to it, not an installed copy.
+* ``sample(fn)`` times repeated calls after a warm-up; ``summary`` reduces the
+  samples to median and spread; ``median_of`` combines the medians of several rounds.
+* ``Worker(script)`` keeps ``script --serve`` running in its own interpreter and calls
+  its handlers by name (JSON over stdin/stdout). A benchmark gives each runtime its
+  own worker (no two thread pools in one process, no state left over from another
+  library) and asks them in turn for short bursts of timed runs, many rounds: load
+  that other processes put on the machine then falls on every runtime alike.
+* ``in_subprocess(script, *args)`` runs ``script --worker <json args>`` once in a fresh
+  interpreter (for what must start cold, such as compile times) and returns its JSON.
+* ``write_results(name, data, markdown)`` writes ``results/<name>.json`` and
+  ``results/<name>.md``; ``update_readme.py`` copies the markdown into the README.
+* ``machine()`` describes the host (CPU, cores, library versions, BLAS).
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+
+__all__ = ["ROOT", "RESULTS", "use_checkout", "sample", "summary", "median_of", "Worker", "in_subprocess",
+           "worker_main", "write_results", "markdown_table", "machine", "progress"]
+
+
+def use_checkout() -> None:
+    """Import ``rlx_core`` and every ``plugins/*`` package from this checkout."""
+    paths = [str(ROOT)] + [str(p) for p in sorted((ROOT / "plugins").glob("*")) if p.is_dir()]
+    for p in reversed(paths):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+
+
+def sample(fn: Callable[[], Any], *, warmup: int = 10, min_runs: int = 30, budget_s: float = 1.0) -> list[float]:
+    """Seconds per call of ``fn``: ``warmup`` untimed calls, then timed calls until both
+    ``min_runs`` calls and ``budget_s`` seconds are done."""
+    for _ in range(warmup):
+        fn()
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < budget_s:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def summary(times: Sequence[float]) -> dict[str, float]:
+    """Median, 10th and 90th percentile (microseconds) and the number of samples."""
+    ordered = sorted(times)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6
+
+    return {"median_us": statistics.median(ordered) * 1e6, "p10_us": pct(0.1), "p90_us": pct(0.9),
+            "n": len(ordered)}
+
+
+def median_of(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def in_subprocess(script: Path, *args: Any, env: dict[str, str] | None = None, timeout: float = 600) -> Any:
+    """Run ``python script --worker '<json args>'`` and return the JSON of its last stdout
+    line (stderr passes through). Raises RuntimeError with the worker's output on failure."""
+    proc = subprocess.run([sys.executable, str(script), "--worker", json.dumps(list(args))],
+                          stdout=subprocess.PIPE, stderr=None, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"worker {script.name} {args} failed (exit {proc.returncode}):\n{proc.stdout}")
+    return json.loads(lines[-1])
+
+
+class Worker:
+    """``script --serve`` in a child process; ``call(name, *args)`` runs its handler."""
+
+    def __init__(self, script: Path, env: dict[str, str] | None = None):
+        self.proc = subprocess.Popen([sys.executable, str(script), "--serve"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+    def call(self, name: str, *args: Any) -> Any:
+        self.proc.stdin.write(json.dumps([name, *args]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker died during {name}{args} (exit {self.proc.wait()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"worker failed in {name}{args}:\n{reply['error']}")
+        return reply["result"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def worker_main(handlers: dict[str, Callable[..., Any]]) -> bool:
+    """Serve ``handlers`` if this process is a ``Worker`` (``--serve``) or an
+    ``in_subprocess`` run (``--worker``); returns whether it was one."""
+    if len(sys.argv) >= 3 and sys.argv[1] == "--worker":
+        name, *args = json.loads(sys.argv[2])
+        result = handlers[name](*args)
+        sys.stdout.flush()
+        print(json.dumps(result))
+        return True
+    if len(sys.argv) >= 2 and sys.argv[1] == "--serve":
+        import traceback
+        replies = sys.stdout
+        sys.stdout = sys.stderr  # whatever handlers print must not garble the replies
+        for line in sys.stdin:
+            name, *args = json.loads(line)
+            try:
+                reply = {"result": handlers[name](*args)}
+            except Exception:  # noqa: BLE001 -- reported to the driver, which raises
+                reply = {"error": traceback.format_exc()}
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
+        return True
+    return False
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(name: str, data: dict, markdown: str) -> tuple[Path, Path]:
+    """Write ``results/<name>.json`` (``data``) and ``results/<name>.md`` (``markdown``)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
+    json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    md_path.write_text(markdown)
+    return json_path, md_path
+
+
+def machine() -> dict[str, Any]:
+    """The host and the versions that matter for CPU numbers (and the current load)."""
+    import numpy as np
+    info: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
+                            "cpus": os.cpu_count(), "numpy": np.__version__}
+    if hasattr(os, "getloadavg"):
+        info["load_average_1_5_15min"] = [round(v, 2) for v in os.getloadavg()]
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        info["cpu"] = platform.processor() or "unknown"
+    try:
+        from threadpoolctl import threadpool_info
+        info["blas"] = [{k: p.get(k) for k in ("internal_api", "version", "num_threads", "architecture")}
+                        for p in threadpool_info()]
+    except ImportError:
+        pass
+    for module in ("numba", "onnxruntime", "jax", "torch"):
+        try:
+            info[module] = __import__(module).__version__
+        except ImportError:
+            pass
+    return info

@@ -1,0 +1,150 @@
+"""Hand-written numba kernels of the CPU backend (softmax, attention, convolution, pooling).
+
+This file is copied into the kernel cache directory and imported from there (see
+``rlx_cpu.jit``), so it must only import absolute modules. Every kernel writes into
+arrays it is given and allocates nothing. Definitions of the ops are in
+``rlx_core.ir.ops``; these kernels follow the reference kernels' formulas.
+"""
+import numpy as np
+from numba import njit
+
+from rlx_cpu.jit.fastmath import fast_exp, fast_tanh
+from rlx_cpu.jit.scalar import maximum, typed
+
+# Attention visibility modes (the ``mask`` attribute; custom and bias come as inputs).
+MASK_NONE, MASK_CAUSAL, MASK_SLIDING = 0, 1, 2
+
+_OPTIONS = dict(cache=True, nogil=True, error_model="numpy")
+# Kernels that sum rows: let LLVM reorder the additions so that it can vectorize them.
+_REDUCING = dict(_OPTIONS, fastmath={"reassoc"})
+
+
+@njit(**_REDUCING)
+def softmax(x, y, log):
+    """softmax (``log``: log_softmax) of ``x [outer, n, inner]`` along axis 1, into ``y``."""
+    outer, n, inner = x.shape
+    for o in range(outer):
+        for i in range(inner):
+            top = typed(-np.inf, x.dtype)
+            for j in range(n):
+                top = maximum(top, x[o, j, i])
+            total = 0.0
+            for j in range(n):
+                e = fast_exp(x[o, j, i] - top)
+                total += e
+                if not log:
+                    y[o, j, i] = e
+            if log:
+                shift = top + np.log(total)
+                for j in range(n):
+                    y[o, j, i] = x[o, j, i] - shift
+            else:
+                inv = typed(1.0 / total, y.dtype)
+                for j in range(n):
+                    y[o, j, i] = y[o, j, i] * inv
+
+
+@njit(**_REDUCING)
+def attention_scores(s, scale, softcap, visible, bias):
+    """Scores ``s [B, H, Sq, Sk]`` (q.k products), in place: scaled, soft-capped
+    (``softcap > 0``), plus ``bias`` (unless empty), -inf where ``visible`` (unless
+    empty) is False. Both are broadcast views of the scores' shape."""
+    batch, heads, sq, sk = s.shape
+    with_mask, with_bias = visible.size > 0, bias.size > 0
+    hidden = typed(-np.inf, s.dtype)
+    for b in range(batch):
+        for h in range(heads):
+            for i in range(sq):
+                for j in range(sk):
+                    v = s[b, h, i, j] * scale
+                    if softcap > 0:
+                        v = softcap * fast_tanh(v / softcap)
+                    if with_bias:
+                        v = v + bias[b, h, i, j]
+                    if with_mask and not visible[b, h, i, j]:
+                        v = hidden
+                    s[b, h, i, j] = v
+
+
+@njit(**_REDUCING)
+def attention_weights(s, scale, mode, window):
+    """Scores ``s [B*H, Sq, Sk]`` -> attention weights, in place: each row is scaled and
+    softmax-normalized over its visible keys -- all of them, or (``mode`` causal /
+    sliding with ``window``) a range ending at the query's position, queries being
+    aligned to the end of the keys. Hidden keys, and every key of a row without a
+    finite score, get weight 0."""
+    rows, sq, sk = s.shape
+    offset = sk - sq
+    zero, hidden = typed(0, s.dtype), typed(-np.inf, s.dtype)
+    for b in range(rows):
+        for i in range(sq):
+            stop = sk if mode == MASK_NONE else min(sk, max(i + offset + 1, 0))
+            start = max(stop - window, 0) if mode == MASK_SLIDING else 0
+            s[b, i, :start] = zero
+            s[b, i, stop:] = zero
+            row = s[b, i, start:stop]  # (a slice: indexing s[b, i, start + j] would not vectorize)
+            top = hidden
+            for j in range(row.shape[0]):
+                v = row[j] * scale
+                row[j] = v
+                top = v if v > top else top
+            if top == hidden:
+                row[:] = zero
+                continue
+            total = zero
+            for j in range(row.shape[0]):
+                e = fast_exp(row[j] - top)
+                row[j] = e
+                total += e
+            inv = typed(1, s.dtype) / total
+            for j in range(row.shape[0]):
+                row[j] = row[j] * inv
+
+
+@njit(**_OPTIONS)
+def im2col(x, cols, kh, kw, sh, sw, ph, pw, dh, dw, wo):
+    """The patches of ``x [C, H, W]`` as columns: ``cols[(c*kh + i)*kw + j, oh*wo + ow]`` is
+    the input element tap (i, j) of output position (oh, ow) reads (0 in the padding)."""
+    channels, height, width = x.shape
+    ho = cols.shape[1] // wo
+    zero = typed(0, x.dtype)
+    for c in range(channels):
+        for i in range(kh):
+            for j in range(kw):
+                row = (c * kh + i) * kw + j
+                for oh in range(ho):
+                    ih = oh * sh - ph + i * dh
+                    row_inside = 0 <= ih < height
+                    for ow in range(wo):
+                        iw = ow * sw - pw + j * dw
+                        inside = row_inside and 0 <= iw < width
+                        cols[row, oh * wo + ow] = x[c, ih, iw] if inside else zero
+
+
+@njit(**_OPTIONS)
+def pool2d(x, y, is_max, kh, kw, sh, sw, ph, pw, dh, dw, ph_end, pw_end, count_include_pad):
+    """Max or average pooling of ``x [N, C, H, W]`` into ``y`` (the ``pool2d`` op).
+
+    Max ignores padding (-inf if a window holds no element); average divides by the
+    counted positions: the window's elements, plus its padding positions when
+    ``count_include_pad`` (never positions beyond the end padding)."""
+    batch, channels, height, width = x.shape
+    out_h, out_w = y.shape[2], y.shape[3]
+    for n in range(batch):
+        for c in range(channels):
+            for oh in range(out_h):
+                for ow in range(out_w):
+                    acc = typed(-np.inf if is_max else 0, x.dtype)
+                    count = 0
+                    for i in range(kh):
+                        ih = oh * sh - ph + i * dh
+                        for j in range(kw):
+                            iw = ow * sw - pw + j * dw
+                            inside = 0 <= ih < height and 0 <= iw < width
+                            if inside:
+                                acc = maximum(acc, x[n, c, ih, iw]) if is_max else acc + x[n, c, ih, iw]
+                            if count_include_pad:
+                                count += -ph <= ih < height + ph_end and -pw <= iw < width + pw_end
+                            else:
+                                count += inside
+                    y[n, c, oh, ow] = acc if is_max else acc / count

@@ -1,0 +1,46 @@
+"""Data movement that is not a view (see ``plan``): one numpy copy into the output."""
+from __future__ import annotations
+
+import numpy as np
+
+from rlx_core import DType
+from rlx_core.reference.elementwise import cast_array
+
+from ..plan import view_function
+from . import Bound, Call, kernel
+
+
+@kernel("reshape", "transpose", "slice", "split", "expand")
+def copy_step(b: Bound):
+    """The view the node describes, taken of the input and copied into each output."""
+    x = b.ins[0]
+    calls = []
+    for index, out in enumerate(b.outs):
+        src = view_function(b.node, index)(x) if b.node.kind != "reshape" else x
+        dst = np.reshape(out, x.shape, copy=False) if b.node.kind == "reshape" else out
+        calls.append(Call(np.copyto, (dst, src)))
+    return calls
+
+
+@kernel("concat")
+def concat_step(b: Bound):
+    return Call(np.concatenate, (tuple(b.ins),), {"axis": b.node.attrs["axis"], "out": b.outs[0]})
+
+
+@kernel("gather")
+def gather_step(b: Bound):
+    # mode="wrap" maps -n..-1 to n-1..0 as the op defines (other indices are undefined).
+    return Call(np.take, (b.ins[0], b.ins[1]), {"axis": b.node.attrs["axis"], "out": b.outs[0], "mode": "wrap"})
+
+
+@kernel("pad")
+def pad_step(b: Bound):
+    """Constant padding: fill, then copy the (cropped) input into the interior."""
+    a, x, out = b.node.attrs, b.ins[0], b.outs[0]
+    if a["mode"] != "constant" or x.ndim == 0:
+        return None
+    before, after = a["pads"][0::2], a["pads"][1::2]
+    cropped = x[tuple(slice(-min(lo, 0), n + min(hi, 0)) for n, lo, hi in zip(x.shape, before, after))]
+    interior = out[tuple(slice(max(lo, 0), max(lo, 0) + n) for n, lo in zip(cropped.shape, before))]
+    fill = cast_array(np.asarray(a["value"]), DType.of(x.dtype))
+    return [Call(np.copyto, (out, fill)), Call(np.copyto, (interior, cropped))]

@@ -1,0 +1,94 @@
+"""Two-core matmuls that degrade to one core instead of stalling.
+
+OpenBLAS splits a GEMM statically between its threads and waits for all of them, so
+when another process holds a core, a two-thread GEMM stalls until that core is free
+again -- whole scheduler time slices, 10-100x its normal time on a loaded 2-core
+machine. Here a GEMM is cut into column blocks, each one single-threaded BLAS call,
+and two threads take blocks from a shared counter: the calling thread and one helper
+(numpy releases the GIL inside BLAS). If the helper is not scheduled, the caller
+simply does every block itself; it only waits for a block the helper has started.
+
+``matmul_blocks`` cuts one GEMM into blocks; ``shared_work().run(blocks)`` runs them.
+``rlx_cpu.threads`` decides per GEMM whether sharing pays and keeps OpenBLAS itself on
+one thread during a run.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import threading
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["SharedWork", "shared_work", "matmul_blocks"]
+
+_BLOCK_COLUMNS = 64  # narrower blocks would make BLAS calls too small to pay their overhead
+
+
+class SharedWork:
+    """A helper thread that shares lists of zero-argument jobs with the caller."""
+
+    def __init__(self):
+        self._wake = threading.Condition()
+        self._jobs: list[Callable[[], object]] | None = None
+        self._next = None  # an itertools.count: next(...) is atomic under the GIL
+        self._busy = threading.Lock()  # held by the helper while it runs a job
+        self._generation = 0
+        threading.Thread(target=self._serve, name="rlx-cpu-helper", daemon=True).start()
+
+    def run(self, jobs: list[Callable[[], object]]) -> None:
+        """Run every job once, on this thread and the helper, and return when all are done."""
+        counter = itertools.count()
+        with self._wake:
+            self._jobs, self._next = jobs, counter
+            self._generation += 1
+            self._wake.notify()
+        for i in iter(lambda: next(counter), None):
+            if i >= len(jobs):
+                break
+            jobs[i]()
+        with self._busy:  # the helper finished the job it had taken, if any
+            self._jobs = None
+
+    def _serve(self) -> None:
+        seen = 0
+        while True:
+            with self._wake:
+                while self._generation == seen:
+                    self._wake.wait()
+                seen = self._generation
+                jobs, counter = self._jobs, self._next
+            if jobs is None:
+                continue
+            while True:
+                with self._busy:
+                    i = next(counter)
+                    if i >= len(jobs):
+                        break
+                    jobs[i]()
+
+
+_helper: tuple[int, SharedWork] | None = None  # (pid, helper): a forked child starts its own
+_helper_lock = threading.Lock()
+
+
+def shared_work() -> SharedWork:
+    """The process's helper (started on first use)."""
+    global _helper
+    with _helper_lock:
+        if _helper is None or _helper[0] != os.getpid():
+            _helper = (os.getpid(), SharedWork())
+        return _helper[1]
+
+
+def matmul_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Callable[[], object]] | None:
+    """``out = a @ b`` (2-D) as column blocks, each one BLAS call, or None when too narrow
+    to split."""
+    if a.ndim != 2 or b.ndim != 2 or b.shape[1] < 2 * _BLOCK_COLUMNS:
+        return None
+    n = b.shape[1]
+    parts = max(2, min(8, n // _BLOCK_COLUMNS))
+    edges = [round(n * k / parts) for k in range(parts + 1)]
+    return [functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi]) for lo, hi in zip(edges, edges[1:])]
