@@ -304,6 +304,47 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
     return res
 
 
+def summary(results: dict) -> list[str]:
+    """The issue's targets as one table (what the README shows)."""
+    def ratio(section, key):
+        v = results.get(section, {}).get(key)
+        return f"{v:.2f}x" if isinstance(v, float) else "-"
+    mm = results.get("matmul_chain_bf16", {})
+    rows = [
+        ("4 chained 8192^2 bf16 matmuls, RLX / raw cuBLAS throughput", ratio("matmul_chain_bf16", "rlx_vs_cublas"),
+         ">= 0.90x", f"{mm.get('rlx_tflops', 0):.0f} vs {mm.get('cublas_tflops', 0):.0f} TFLOP/s"),
+        ("transformer block b8 s512 d1024 h16, RLX / torch eager", ratio("transformer_block_bf16", "rlx_over_torch_eager"),
+         "<= 1.0x", f"torch.compile {ratio('transformer_block_bf16', 'rlx_over_torch_compile')}, torch CUDA graph "
+                    f"{ratio('transformer_block_bf16', 'rlx_over_torch_cuda_graph')} (replay only "
+                    f"{ratio('transformer_block_bf16', 'rlx_replay_over_torch_cuda_graph')})"),
+        ("decode b1, 4 layers, d1024, RLX CUDA graph replay / torch CUDA graph",
+         ratio("decode_4_layers_bf16", "rlx_replay_over_torch_cuda_graph"), "<= 1.2x",
+         f"with the 9 input copies of `run`: {ratio('decode_4_layers_bf16', 'rlx_over_torch_cuda_graph')}; "
+         f"vs torch eager {ratio('decode_4_layers_bf16', 'rlx_over_torch_eager')}"),
+    ]
+    lines = ["<!-- summary -->", f"On {results.get('device', '?')} (CuPy {results.get('cupy', '?')}, "
+             f"torch {results.get('torch', '?')}); ratios below 1 mean RLX is faster.", "",
+             "| measurement | ratio | target | notes |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return lines + ["<!-- /summary -->", ""]
+
+
+def write_results(results: dict, names: list[str], out: Path) -> str:
+    """Write ``cuda_bench.json`` and ``cuda_bench.md`` (summary table, then every figure)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "cuda_bench.json").write_text(json.dumps(results, indent=2, default=str))
+    lines = [f"# CUDA benchmarks on {results['device']} (CuPy {results['cupy']}, torch {results['torch']})", ""]
+    lines += summary(results)
+    for name in names:
+        lines.append(f"## {name}")
+        lines += [f"- {k}: {v:.4g}" if isinstance(v, float) else f"- {k}: {v}" for k, v in results[name].items()
+                  if k != "trace"]
+        lines.append("")
+    text = "\n".join(lines)
+    (out / "cuda_bench.md").write_text(text)
+    return text
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
@@ -337,17 +378,8 @@ def main(argv=None) -> int:
             results[name] = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-1500:]}
         results[name]["bench_seconds"] = round(time.perf_counter() - t0, 1)
         print(f"[bench] {name}: {json.dumps(results[name], default=str)[:600]}", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cuda_bench.json").write_text(json.dumps(results, indent=2, default=str))
-    lines = [f"# CUDA benchmarks on {results['device']} (CuPy {results['cupy']}, torch {results['torch']})", ""]
-    for name, _ in sections:
-        lines.append(f"## {name}")
-        lines += [f"- {k}: {v:.4g}" if isinstance(v, float) else f"- {k}: {v}" for k, v in results[name].items()
-                  if k != "trace"]
-        lines.append("")
-    (out / "cuda_bench.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    text = write_results(results, [name for name, _ in sections], Path(args.out))
+    print(text)
     return 0
 
 

@@ -50,8 +50,17 @@ def save_section(name: str, data: dict, markdown: str) -> None:
     results[name] = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M"), **data,
                      "markdown": markdown}
     JSON_PATH.write_text(json.dumps(results, indent=1) + "\n")
+    write_markdown(results)
+
+
+def write_markdown(results: dict) -> None:
+    """``llm.md`` from every section's data: the targets first (what the README shows)."""
     parts = ["# LLM primitives: latest benchmark results\n",
-             "Written by `benchmarks/llm_*.py`; medians of repeated runs on the machine named in each section.\n"]
+             "Written by `benchmarks/llm_*.py`; medians of repeated runs on the machine named in each section.\n",
+             "<!-- summary -->"]
+    parts += [f"- {section}: {next(line for line in results[section]['markdown'].splitlines() if line.strip())}"
+              for section in ("samplers", "kvquant", "scheduler") if section in results]
+    parts += ["", "Details: [benchmarks/results/llm.md](benchmarks/results/llm.md).", "<!-- /summary -->\n"]
     for section in ("samplers", "kvquant", "scheduler"):
         if section in results:
             r = results[section]

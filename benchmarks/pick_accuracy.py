@@ -229,9 +229,13 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
     lines = ["# Cost-model pick accuracy\n",
              f"`{command}` on {meta['platform']}, {meta['cpus']} CPUs (load average {loads[0]:.1f} at the "
              f"start, {loads[1]:.1f} at the end); devices: {', '.join(devices)}.\n",
+             "<!-- summary -->",
              f"**{sum(r['within'] for r in rows)}/{len(rows)} graphs ({score:.0%})** ran on a device within "
              f"{TOLERANCE:.0%} of the measured fastest (target >= {TARGET:.0%}); "
-             f"{len(contested)} graph(s) had more than one viable device.\n",
+             f"{len(contested)} graph(s) had more than one viable device (devices: {', '.join(devices)}; "
+             f"per-graph estimates and measurements: "
+             f"[{Path(out).name}.md](benchmarks/results/{Path(out).name}.md)).",
+             "<!-- /summary -->\n",
              "Measured = best run over 3 interleaved rounds (medians are in the JSON).\n",
              "| graph | nodes | GFLOP | pick | fastest | pick/fastest | " + " | ".join(
                  f"{d} est / measured" for d in devices) + " |",

@@ -295,7 +295,22 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")
+    write_markdown(out.parent)
     return 0
+
+
+def write_markdown(results_dir: Path) -> None:
+    """``tpu.md``: one row per platform's latest ``tpu_*.json`` (what the README shows)."""
+    rows = []
+    for path in sorted(results_dir.glob("tpu_*.json")):
+        r = json.loads(path.read_text())
+        c, ms = r["config"], r["median_ms"]
+        rows.append(f"| {r['platform']} ({r['device_kind']}) | b{c['batch']} s{c['seq']} d{c['d_model']} {c['dtype']} | "
+                    f"{ms['rlx_device']:.3f} | {ms['jax_device']:.3f} | {100 * r['overhead_device']:+.1f}% | "
+                    f"{100 * r['overhead_host']:+.1f}% | {r['compile_s']['rlx']:.2f} / {r['compile_s']['jax']:.2f} |")
+    (results_dir / "tpu.md").write_text(
+        "| XLA platform | block | rlx-tpu ms | jax.jit ms | overhead (device arrays) | overhead (numpy) | "
+        "compile s rlx / jax |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
 
 
 if __name__ == "__main__":
