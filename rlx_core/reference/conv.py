@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.ops.conv import sliding_output_size
+from ..ir.ops.conv import pool_geometry, sliding_output_size
 from .kernels import kernel
 
 
@@ -69,11 +69,7 @@ def _add_bias(y, bias):
 @kernel("pool2d")
 def pool2d(x, *, mode, kernel, strides, pads, dilations, count_include_pad, ceil_mode):
     in_dims = x.shape[2:]
-    out_dims = tuple(sliding_output_size(size, k, s, d, pb, pe, ceil_mode) for size, k, s, d, pb, pe in
-                     zip(in_dims, kernel, strides, dilations, pads[:2], pads[2:]))
-    # Pad the end far enough for ceil mode's last partial windows as well.
-    reach = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out_dims, strides, kernel, dilations)]
-    end = [max(pe, r - size - pb) for pe, r, size, pb in zip(pads[2:], reach, in_dims, pads[:2])]
+    out_dims, end = pool_geometry(in_dims, kernel, strides, dilations, pads, ceil_mode)
     taps = list(_tap_windows(kernel, strides, dilations, out_dims))
     if mode == "max":
         padded = _pad_spatial(x, pads[:2], end, -np.inf)  # padding never wins

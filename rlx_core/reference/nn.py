@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.ops.nn import attention_visibility
 from .kernels import kernel
 
 
@@ -62,14 +63,7 @@ def attention(q, k, v, *mask_input, mask, window, scale, softcap):
 
 def _visible_keys(mode, sq, sk, window, mask_input):
     """Bool array broadcastable to the scores (True = visible), or None for all keys."""
-    if mode == "none":
-        return None
-    if mode == "custom":
-        return mask_input[0]
-    pos = np.arange(sq)[:, None] + (sk - sq)  # queries aligned to the end of the keys
-    key = np.arange(sk)[None, :]
-    visible = key <= pos
-    return visible & (key > pos - window) if mode == "sliding" else visible
+    return mask_input[0] if mode == "custom" else attention_visibility(mode, sq, sk, window)
 
 
 @kernel("rope")

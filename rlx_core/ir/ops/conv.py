@@ -41,6 +41,16 @@ def sliding_output_size(size: int, kernel: int, stride: int, dilation: int, pad_
     return count
 
 
+def pool_geometry(in_dims, kernel, strides, dilations, pads, ceil_mode):
+    """``(out_dims, end_pads)`` of a pooling window: the output dims, and per axis the end
+    padding that covers every window, ceil mode's last partial window included."""
+    out_dims = tuple(sliding_output_size(size, k, s, d, pb, pe, ceil_mode) for size, k, s, d, pb, pe in
+                     zip(in_dims, kernel, strides, dilations, pads[:len(in_dims)], pads[len(in_dims):]))
+    reach = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out_dims, strides, kernel, dilations)]
+    end = [max(pe, r - size - pb) for pe, r, size, pb in zip(pads[len(in_dims):], reach, in_dims, pads[:len(in_dims)])]
+    return out_dims, end
+
+
 def _geometry(kind: str, a, spatial: int) -> None:
     """Resolve ``strides``/``pads``/``dilations`` for ``spatial`` axes and check them."""
     for name, length, default, low in (("strides", spatial, 1, 1), ("dilations", spatial, 1, 1),

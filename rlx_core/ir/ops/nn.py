@@ -96,6 +96,19 @@ def group_norm(a, x, gamma, beta):
     return x
 
 
+def attention_visibility(mode: str, sq: int, sk: int, window: int | None):
+    """The static part of attention's mask: a bool ``[sq, sk]`` array (True = the key is
+    visible) for ``causal`` and ``sliding``, None for the other modes. Queries sit at the
+    end of the keys: query ``i`` is at position ``p = i + sk - sq``; causal shows keys
+    ``j <= p``, sliding with window ``w`` shows ``p - w < j <= p``."""
+    if mode not in ("causal", "sliding"):
+        return None
+    pos = np.arange(sq)[:, None] + (sk - sq)
+    key = np.arange(sk)[None, :]
+    visible = key <= pos
+    return visible & (key > pos - window) if mode == "sliding" else visible
+
+
 @op("attention", inputs=("q", "k", "v", "mask?"), dtypes=FLOATS, attrs={
     "mask": Attr("str", "none", "none | causal | sliding | custom (bool input) | bias (float input)"),
     "window": Attr("int", None, "sliding-window length (keys per query, the query's own included)",

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from rlx_core.ir.ops.conv import sliding_output_size
+from rlx_core.ir.ops.conv import pool_geometry
 
 from . import lowering
 from .linalg import contraction
@@ -57,11 +57,7 @@ def _window_reduce(x, init, op, kernel, strides, dilations, begin, end):
 @lowering("pool2d")
 def pool2d(x, *, mode, kernel, strides, pads, dilations, count_include_pad, ceil_mode):
     in_dims = x.shape[2:]
-    out_dims = tuple(sliding_output_size(size, k, s, d, pb, pe, ceil_mode) for size, k, s, d, pb, pe in
-                     zip(in_dims, kernel, strides, dilations, pads[:2], pads[2:]))
-    # Pad the end far enough for ceil mode's last partial windows as well.
-    reach = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out_dims, strides, kernel, dilations)]
-    end = [max(pe, r - size - pb) for pe, r, size, pb in zip(pads[2:], reach, in_dims, pads[:2])]
+    out_dims, end = pool_geometry(in_dims, kernel, strides, dilations, pads, ceil_mode)
     keep = (slice(None), slice(None)) + tuple(slice(0, o) for o in out_dims)
     if mode == "max":  # -inf padding never wins
         return _window_reduce(x, -np.inf, lax.max, kernel, strides, dilations, pads[:2], end)[keep]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from rlx_core.ir.ops.nn import attention_visibility
+
 from . import is_low_float, lowering
 from .linalg import contraction
 
@@ -89,16 +91,8 @@ def _softmax_product(scores, v):
 
 
 def _visible_keys(mode, sq, sk, window, mask_input):
-    """Bool array broadcastable to the scores (True = visible), or None for all keys;
-    causal and sliding masks are constants of the program."""
-    if mode == "none":
-        return None
-    if mode == "custom":
-        return mask_input[0]
-    pos = np.arange(sq)[:, None] + (sk - sq)  # queries aligned to the end of the keys
-    key = np.arange(sk)[None, :]
-    visible = key <= pos
-    return visible & (key > pos - window) if mode == "sliding" else visible
+    """Bool array broadcastable to the scores (True = visible), or None for all keys."""
+    return mask_input[0] if mode == "custom" else attention_visibility(mode, sq, sk, window)
 
 
 @lowering("rope")
