@@ -187,14 +187,13 @@ def test_bad_backend_override_names_the_variable(fresh_registry, monkeypatch):
         Session("cpu")
 
 
-def test_registry_load_is_cheap_and_lazy(tmp_path):
+def test_registry_load_is_lazy(tmp_path):
     """Discovery imports plugin modules but no backend library (numba stays unloaded)."""
     res = run_child(tmp_path, """
-import json, sys, time
-t = time.perf_counter()
+import json, sys
 import rlx_core
 from rlx_core.runtime.registry import registry
 registry().entry("cpu").availability(full=False)
-print(json.dumps({"s": time.perf_counter() - t, "numba": "numba" in sys.modules}))
+print(json.dumps({"numba": "numba" in sys.modules}))
 """)
     assert res["numba"] is False

@@ -24,7 +24,7 @@ from .device import Device, parse_device
 from .options import CompileOptions, PrecisionPolicy
 from .registry import registry
 
-__all__ = ["Session", "CompiledGraph", "Outputs", "compile_graph"]
+__all__ = ["Session", "CompiledGraph", "Outputs", "compile_graph", "check_value", "value_from_bytes"]
 
 
 class Outputs(list):
@@ -131,7 +131,7 @@ class CompiledGraph:
     # --- params -------------------------------------------------------------------------
     def set_param(self, name: str, value: Any) -> None:
         node = self._lookup(self._params, name, "param", ParamError)
-        arr = _checked(node, value, ParamError, "param", self._accepts_device_arrays())
+        arr = check_value(node, value, ParamError, "param", self._accepts_device_arrays())
         self.executable.set_param(name, arr)
         self._unset_params.discard(name)
 
@@ -142,13 +142,13 @@ class CompiledGraph:
     def set_param_typed(self, name: str, data: bytes, dtype: "DType | str") -> None:
         """Set a param from raw bytes of ``dtype``, widened or narrowed to the declared dtype."""
         node = self._lookup(self._params, name, "param", ParamError)
-        self.set_param(name, _from_bytes(node, data, dtype, ParamError, "param"))
+        self.set_param(name, value_from_bytes(node, data, dtype, ParamError, "param"))
 
     # --- inputs and runs ------------------------------------------------------------------
     def set_input(self, name: str, value: Any) -> None:
         """Stage an input for the next ``run`` (inputs given to ``run`` take precedence)."""
         node = self._lookup(self._inputs, name, "input", InputError)
-        self._staged[name] = _checked(node, value, InputError, "input", self._accepts_device_arrays())
+        self._staged[name] = check_value(node, value, InputError, "input", self._accepts_device_arrays())
 
     def run(self, inputs: "Mapping[str, Any] | Iterable[tuple[str, Any]] | None" = None, *,
             out: Sequence[np.ndarray] | None = None) -> Outputs:
@@ -166,7 +166,7 @@ class CompiledGraph:
                 feeds[name] = value
                 continue
             node = self._lookup(self._inputs, name, "input", InputError)
-            feeds[name] = _checked(node, value, InputError, "input", self._accepts_device_arrays())
+            feeds[name] = check_value(node, value, InputError, "input", self._accepts_device_arrays())
         if len(feeds) != len(specs):
             missing = [n for n in self._inputs if n not in feeds]
             raise InputError(f"missing input(s) {missing} for graph '{self.graph.name}'; expected "
@@ -189,7 +189,7 @@ class CompiledGraph:
         feeds = {}
         for name, (data, dt) in inputs.items():
             node = self._lookup(self._inputs, name, "input", InputError)
-            feeds[name] = _from_bytes(node, data, dt, InputError, "input")
+            feeds[name] = value_from_bytes(node, data, dt, InputError, "input")
         outs = self.run(feeds)
         return [(np.ascontiguousarray(o).tobytes(), DType.of(o.dtype).value) for o in map(np.asarray, outs)]
 
@@ -223,7 +223,9 @@ class CompiledGraph:
         return out
 
 
-def _checked(node: Node, value: Any, err: type, what: str, device_arrays: bool) -> Any:
+def check_value(node: Node, value: Any, err: type, what: str, device_arrays: bool) -> Any:
+    """``value`` for the input/param ``node`` (converted when it is a list or scalar; made
+    C-contiguous), or ``err`` saying which dims/dtype were expected and given."""
     name, dims, dtype = node.attrs["name"], tuple(node.attrs["dims"]), node.attrs["dtype"]
     if device_arrays and not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
         arr = value  # a device array for a DLPack-capable backend: checked by attributes only
@@ -260,7 +262,8 @@ def _dtype_of(arr) -> DType | None:
             return None
 
 
-def _from_bytes(node: Node, data: bytes, dtype, err: type, what: str) -> np.ndarray:
+def value_from_bytes(node: Node, data: bytes, dtype, err: type, what: str) -> np.ndarray:
+    """Raw bytes of ``dtype`` as the value of ``node``, widened or narrowed to its dtype."""
     dt = DType.of(dtype)
     name, dims = node.attrs["name"], tuple(node.attrs["dims"])
     count = int(np.prod(dims, dtype=np.int64))

@@ -29,7 +29,7 @@ from ..ir.graph import Graph
 from ..runtime.device import Device, parse_device
 from ..runtime.options import CompileOptions
 from ..runtime.registry import registry
-from ..runtime.session import CompiledGraph, Outputs, _checked, _from_bytes, compile_graph
+from ..runtime.session import CompiledGraph, Outputs, check_value, compile_graph, value_from_bytes
 from .devices import (FULL, Blocker, DeviceCandidate, blocker_for, device_report, devices_for, nothing_viable_error,
                       rank_devices, requested_device)
 from .policy import DevicePolicy
@@ -181,7 +181,7 @@ class GraphDevices:
     def set_param(self, name: str, value: Any) -> None:
         """Keep ``value`` for param ``name`` and upload it to every compiled device."""
         node = self._param_node(name)
-        arr = _checked(node, value, ParamError, "param", device_arrays=False)
+        arr = check_value(node, value, ParamError, "param", device_arrays=False)
         with self._lock:
             self._params[name] = np.array(arr, copy=True)
             slots = list(self._slots.items())
@@ -196,7 +196,7 @@ class GraphDevices:
 
     def set_param_typed(self, name: str, data: bytes, dtype) -> None:
         """``set_param`` from raw bytes of ``dtype`` (converted to the declared dtype)."""
-        self.set_param(name, _from_bytes(self._param_node(name), data, dtype, ParamError, "param"))
+        self.set_param(name, value_from_bytes(self._param_node(name), data, dtype, ParamError, "param"))
 
     def sync_params_to_all(self) -> None:
         """Upload every kept param to every compiled device again."""

@@ -163,14 +163,13 @@ def test_manifest_and_report_show_a_failed_plugin(fakes):
     assert rows_by_label(device_report())["cpu"].available  # the others are unaffected
 
 
-def test_report_is_cheap_and_imports_no_backend_library():
-    """In a fresh process (nothing calibrated): the manifest and report take well under
-    300 ms after import, and load no heavy library (numba is a CPU plugin requirement)."""
-    code = ("import json, sys, time; import rlx_core; from rlx_core.select import device_report, BackendsManifest; "
-            "t = time.perf_counter(); BackendsManifest.current(); device_report(); "
-            "print(json.dumps([time.perf_counter() - t, [m for m in ('numba', 'torch', 'jax', 'scipy', "
-            "'onnxruntime', 'matplotlib') if m in sys.modules]]))")
-    seconds, heavy = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                               check=True).stdout)
+def test_report_imports_no_backend_library():
+    """In a fresh process (nothing calibrated) the manifest and report load no heavy
+    library (how long they take is a benchmark figure, not a test)."""
+    code = ("import json, sys; import rlx_core; from rlx_core.select import device_report, BackendsManifest; "
+            "BackendsManifest.current(); device_report(); "
+            "print(json.dumps([m for m in ('numba', 'torch', 'jax', 'scipy', 'onnxruntime', 'matplotlib') "
+            "if m in sys.modules]))")
+    heavy = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                      check=True).stdout)
     assert heavy == []
-    assert seconds < 0.3, f"manifest + device_report took {seconds:.3f} s"
