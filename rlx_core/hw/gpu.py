@@ -15,6 +15,7 @@ supported, needs root, value out of range, driver error code).
 """
 from __future__ import annotations
 
+import abc
 import logging
 import math
 import threading
@@ -89,7 +90,7 @@ class GpuThermal:
         return asdict(self)
 
 
-class GpuTelemetryProvider:
+class GpuTelemetryProvider(abc.ABC):
     """Reads (and optionally controls) the GPUs of one device label.
 
     Subclasses set ``device`` and implement ``count`` and ``read``; control methods they
@@ -99,12 +100,13 @@ class GpuTelemetryProvider:
 
     device: str = ""
 
+    @abc.abstractmethod
     def count(self) -> int:
         """How many GPUs of this kind the driver sees (0 when none or no driver)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def read(self, index: int) -> GpuThermal:
-        raise NotImplementedError
+        """The current readings of GPU ``index``."""
 
     def power_cap_range(self, index: int) -> tuple[float, float] | None:
         """``(min_w, max_w)`` the driver accepts, or None if it does not say."""

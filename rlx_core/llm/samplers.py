@@ -13,6 +13,7 @@ driven by the token history (repetition penalties, DRY) in :mod:`.penalties`.
 """
 from __future__ import annotations
 
+import abc
 import copy
 import math
 from dataclasses import dataclass, field
@@ -30,14 +31,15 @@ __all__ = ["Sampler", "Temperature", "DynamicTemperature", "TopK", "TopP", "MinP
 _TOP_P_FIRST_TRY = 256    # top-p on unsorted candidates first tries the top this many
 
 
-class Sampler:
+class Sampler(abc.ABC):
     """One step of a sampler chain (see the module docstring for the interface)."""
 
     #: True for samplers that choose the token (they must end a chain)
     selects = False
 
+    @abc.abstractmethod
     def apply(self, cands: Candidates) -> None:
-        raise NotImplementedError
+        """Transform (or select from) the candidates in place."""
 
     def accept(self, token: int) -> None:
         """Record a token the sequence emitted; stateless samplers ignore it."""
