@@ -14,7 +14,9 @@ per machine state (``rlx_cpu.threads``), and a run follows the current state:
   longer than measured (``report_stall``).
 
 ``state()`` costs one clock read; every ``PERIOD_S`` it re-reads the two files (about
-20 us). Where ``/proc`` is missing only stalls switch the state.
+20 us). A window much longer than that (the process was idle) only starts a new one,
+the state kept: it would mostly describe what ran while we did not. Where ``/proc`` is
+missing only stalls switch the state.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ PERIOD_S = 0.25  # sampling window: long enough for tick-based accounting (10 ms
 QUIET_CORES = 0.15
 LOADED_CORES = 0.35
 STALL_HOLD_S = 2.0  # after a stall, stay loaded at least this long
+_STALE_S = 2 * PERIOD_S
 
 
 class MachineLoad:
@@ -60,18 +63,23 @@ class MachineLoad:
             if now < self._next:
                 return
             sample = self._read()
-            if sample is not None and self._sample is not None:
-                wall = sample[0] - self._sample[0]
-                busy_ticks = (sample[1] - self._sample[1]) - (sample[2] - self._sample[2])
-                self.others = max(0.0, busy_ticks / _TICKS_PER_S / wall) if wall > 0 else 0.0
-                if self.others > LOADED_CORES:
-                    self._state = LOADED
-                elif self.others < QUIET_CORES and now - self._stalled_at > STALL_HOLD_S:
+            if sample is None or self._sample is None:
+                if now - self._stalled_at > STALL_HOLD_S:
                     self._state = QUIET
-            elif now - self._stalled_at > STALL_HOLD_S:
-                self._state = QUIET
+            elif sample[0] - self._sample[0] <= _STALE_S:
+                self._judge(sample, now)
             self._sample = sample
             self._next = now + PERIOD_S
+
+    def _judge(self, sample: tuple[float, int, int], now: float) -> None:
+        """Set the state from the window between the last sample and ``sample``."""
+        wall = sample[0] - self._sample[0]
+        busy_ticks = (sample[1] - self._sample[1]) - (sample[2] - self._sample[2])
+        self.others = max(0.0, busy_ticks / _TICKS_PER_S / wall) if wall > 0 else 0.0
+        if self.others > LOADED_CORES:
+            self._state = LOADED
+        elif self.others < QUIET_CORES and now - self._stalled_at > STALL_HOLD_S:
+            self._state = QUIET
 
     def _read(self) -> tuple[float, int, int] | None:
         """(monotonic time, busy ticks of all cores, this process's ticks), or None."""
