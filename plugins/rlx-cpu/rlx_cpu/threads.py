@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
 from functools import lru_cache
 
 import numpy as np
@@ -39,6 +38,7 @@ from .cache import Decisions
 from .kernels import Call
 from .load import LOADED, machine_load
 from .parallel import matmul_blocks, shared_work
+from .timing import interleaved_times
 
 __all__ = ["BlasThreads", "blas_threads", "plan_blas_call", "single_threaded", "ways_of", "OWN_THREADS", "MODES"]
 
@@ -177,19 +177,14 @@ def _decide(ways: dict[str, Call], control: BlasThreads, state: str, key: str) -
 
 
 def measure(ways: dict[str, Call], control: BlasThreads, rounds: int = _ROUNDS) -> dict[str, list[float]]:
-    """Seconds per call of each way: ``rounds`` interleaved rounds, each way once per
-    round (after an untimed call), the order rotating; OpenBLAS's counts restored after."""
-    names = list(ways)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    """Seconds per call of each way (``timing.interleaved_times``), each with its thread
+    count; OpenBLAS's counts restored after."""
+    def timed(c: Call):
+        def call():
+            control.apply(c.threads)
+            c.fn(*c.args, **c.kwargs)
+        return call
     try:
-        for r in range(rounds):
-            for name in names[r % len(names):] + names[:r % len(names)]:
-                c = ways[name]
-                control.apply(c.threads)
-                c.fn(*c.args, **c.kwargs)
-                t0 = time.perf_counter()
-                c.fn(*c.args, **c.kwargs)
-                times[name].append(time.perf_counter() - t0)
+        return interleaved_times({name: timed(c) for name, c in ways.items()}, rounds)
     finally:
         control.restore()
-    return times

@@ -122,6 +122,27 @@ def im2col(x, cols, kh, kw, sh, sw, ph, pw, dh, dw, wo):
 
 
 @njit(**_OPTIONS)
+def pad2d(x, xp, top, left):
+    """``x [C, H, W]`` into ``xp [C, Hp, Wp]`` at row ``top``, column ``left``; zeros around."""
+    channels, height, width = x.shape
+    zero = typed(0, xp.dtype)
+    for c in range(channels):
+        for h in range(xp.shape[1]):
+            row = xp[c, h]
+            if top <= h < top + height:
+                src = x[c, h - top]
+                for w in range(left):
+                    row[w] = zero
+                for w in range(width):
+                    row[left + w] = src[w]
+                for w in range(left + width, xp.shape[2]):
+                    row[w] = zero
+            else:
+                for w in range(xp.shape[2]):
+                    row[w] = zero
+
+
+@njit(**_OPTIONS)
 def pool2d(x, y, is_max, kh, kw, sh, sw, ph, pw, dh, dw, ph_end, pw_end, count_include_pad):
     """Max or average pooling of ``x [N, C, H, W]`` into ``y`` (the ``pool2d`` op).
 
