@@ -14,7 +14,9 @@ A large matmul can run three ways:
 Each call has one plan per machine state of ``rlx_cpu.load`` (quiet / loaded). The first
 time a call's shapes are compiled in a state, its ways are timed in interleaved rounds
 (rotating order, medians); a multi-core way is chosen only if it beats one thread by
-``MARGIN``. ``openblas`` is not a candidate when loaded (its median can look fine while
+``MARGIN``; where OpenBLAS's own threads are as fast as one thread (within the cost of
+switching the count), the call keeps whatever count the call before it left (``any``).
+``openblas`` is not a candidate when loaded (its median can look fine while
 every tenth call stalls), and a measurement in which it stalled, or during which the
 state changed, decides for this process only. Decisions are stored with the kernel
 cache (``decisions.json``, keyed by shapes, strides, dtype, cores and state), so they are
@@ -47,6 +49,7 @@ _decisions = Decisions()
 MODES = ("openblas", "single", "shared")
 OWN_THREADS = 0  # ``Call.threads`` of a call on OpenBLAS's own thread counts
 MARGIN = 0.9  # a multi-core way must take at most this fraction of one thread's time
+_SWITCH_S = 3e-6  # switching OpenBLAS's count to one thread and back (numpy's and scipy's)
 _ROUNDS = 7
 # OpenBLAS runs a GEMM of at most this many multiply-adds (M*N*K) on one thread anyway
 # (interface/gemm.c: 65536 * GEMM_MULTITHREAD_THRESHOLD, which defaults to 4).
@@ -97,15 +100,17 @@ def plan_blas_call(call: Call, state: str) -> Call:
     if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
         return call
     ways = ways_of(call, control)
+    measured = {mode: c for mode, c in ways.items() if mode != "any"}
     forced = {"1": "single"}.get(os.environ.get("RLX_CPU_BLAS_THREADS", ""), os.environ.get("RLX_CPU_BLAS_THREADS"))
-    if forced in ways:
+    if forced in measured:
         return ways[forced]
-    if state == LOADED:
-        del ways["openblas"]
+    if state == LOADED:  # and no "any": the count before it may be OpenBLAS's own
+        del measured["openblas"]
+        ways = measured
     key = _key(call, control, state)
     mode, seconds = _parse(_decisions.get(key), ways)
     if mode is None:
-        mode, seconds = _parse(_decide(ways, control, state, key), ways)
+        mode, seconds = _parse(_decide(measured, control, state, key), ways)
     if mode == "openblas":
         return ways[mode]._replace(stall_after=_stall_limit(seconds))
     return ways[mode]
@@ -120,8 +125,9 @@ def single_threaded(call: Call) -> Call:
 
 
 def ways_of(call: Call, control: BlasThreads) -> dict[str, Call]:
-    """The ways ``call`` can run (``shared`` only where it splits into blocks)."""
-    ways = {"openblas": call._replace(threads=OWN_THREADS), "single": call._replace(threads=1)}
+    """The ways ``call`` can run (``shared`` only where it splits into blocks; ``any``:
+    with whatever thread count the call before it left)."""
+    ways = {"openblas": call._replace(threads=OWN_THREADS), "single": call._replace(threads=1), "any": call}
     blocks = matmul_blocks(*call.args, call.kwargs["out"])
     if blocks is not None:
         ways["shared"] = Call(shared_work().run, (blocks,), threads=1)
@@ -169,7 +175,9 @@ def _decide(ways: dict[str, Call], control: BlasThreads, state: str, key: str) -
         del medians["openblas"]
     fastest = min((m for m in medians if m != "single"), key=medians.get, default="single")
     mode = fastest if medians[fastest] <= MARGIN * medians["single"] else "single"
-    decided = f"{mode} {medians[mode]:.3e}"
+    if mode == "single" and medians.get("openblas", float("inf")) <= medians["single"] + _SWITCH_S:
+        mode = "any"  # as fast either way: not worth switching OpenBLAS's count for
+    decided = f"{mode} {medians['single' if mode == 'any' else mode]:.3e}"
     if not stalled and load.state() == state:
         _decisions.set(key, decided)
     log.debug("rlx-cpu: BLAS call %s: %s (medians %s)", key, decided, medians)

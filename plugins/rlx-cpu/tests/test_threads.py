@@ -148,11 +148,15 @@ def test_a_state_change_during_measurement_is_not_stored(stored, sensor):
 
 
 @needs_openblas
-def test_a_multi_core_way_must_clearly_win(monkeypatch, stored):
+@pytest.mark.parametrize("openblas, decided, threads_", [
+    (0.95e-4, "any 1.000e-04", None),  # as fast as one thread: keep whatever count is set
+    (1.2e-4, "single 1.000e-04", 1),
+    (0.8e-4, "openblas 8.000e-05", threads.OWN_THREADS)])
+def test_a_multi_core_way_must_clearly_win(monkeypatch, stored, openblas, decided, threads_):
     monkeypatch.setattr(threads, "measure", lambda ways, _: {
-        "openblas": [0.95e-4] * 7, "single": [1e-4] * 7, "shared": [0.99e-4] * 7})
-    assert threads.plan_blas_call(_matmul_call(), load.QUIET).threads == 1
-    assert list(stored.values()) == ["single 1.000e-04"]
+        "openblas": [openblas] * 7, "single": [1e-4] * 7, "shared": [0.99e-4] * 7})
+    assert threads.plan_blas_call(_matmul_call(), load.QUIET).threads == threads_
+    assert list(stored.values()) == [decided]
 
 
 @needs_openblas
