@@ -35,7 +35,7 @@ from .adaptive import AdaptiveRun
 from .backend import CAPABILITIES
 from .kernels import Bound, Call, build_calls, scratch_shapes
 from .kernels.fused import split_unprofitable
-from .load import machine_load
+from .load import LOADED, QUIET, machine_load
 from .plan import Scratch, plan_memory
 from .schedule import schedule
 from .threads import OWN_THREADS, blas_threads, plan_blas_call, single_threaded
@@ -73,7 +73,6 @@ class CpuExecutable(ExecutableGraph):
         self._outputs = [arrays[r] for r in graph.outputs]
         self._load = machine_load()
         self._runs = _Runs(self._steps_of(arrays), self._tracer)
-        self._runs.get(self._load.state())  # plan (and measure) the BLAS calls now, not in the first run
         self._direct = self._direct_outputs()
         self._variants: OrderedDict[tuple[int, ...], tuple[list[np.ndarray], _Runs, list]] = OrderedDict()
 
@@ -187,18 +186,18 @@ class _Runs:
 
     def __init__(self, steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None):
         self._steps, self._tracer = steps, tracer
-        self._by_state: dict[str, Callable[[Mapping[str, np.ndarray]], None]] = {}
+        self._by_state = {state: self._generate(state) for state in (QUIET, LOADED)}
 
     def get(self, state: str) -> Callable[[Mapping[str, np.ndarray]], None]:
-        run = self._by_state.get(state)
-        if run is None:
-            planned = self._planned(lambda c: plan_blas_call(c, state))
-            single = self._planned(single_threaded)
-            run = straight_line(planned, self._tracer)
-            if any(p.threads == OWN_THREADS or p.fn is not s.fn
-                   for (_, ps), (_, ss) in zip(planned, single) for p, s in zip(ps, ss)):
-                run = AdaptiveRun([run, straight_line(single, self._tracer)])
-            self._by_state[state] = run
+        return self._by_state[state]
+
+    def _generate(self, state: str) -> Callable[[Mapping[str, np.ndarray]], None]:
+        planned = self._planned(lambda c: plan_blas_call(c, state))
+        single = self._planned(single_threaded)
+        run = straight_line(planned, self._tracer)
+        if any(p.threads == OWN_THREADS or p.fn is not s.fn
+               for (_, ps), (_, ss) in zip(planned, single) for p, s in zip(ps, ss)):
+            run = AdaptiveRun([run, straight_line(single, self._tracer)])
         return run
 
     def _planned(self, plan: Callable[[Call], Call]) -> list[tuple[str | None, list[Call]]]:

@@ -7,14 +7,14 @@ but every tenth call 36-48 ms). One thread never stalls. So each BLAS call has o
 per machine state (``rlx_cpu.threads``), and a run follows the current state:
 
 * ``"quiet"`` -- other processes used less than ``QUIET_CORES`` cores over the last
-  sampling window (Linux: ``/proc/stat`` less this process's own ``/proc/self/stat``
-  time, steal time counted as busy), and no stall was reported within ``STALL_HOLD_S``;
+  sampling window (Linux: ``/proc/stat`` less this process's own time, steal time
+  counted as busy), and no stall was reported within ``STALL_HOLD_S``;
 * ``"loaded"`` -- they used more than ``LOADED_CORES`` (between the two thresholds the
   state stays as it was), or a run reported a stall: a multi-threaded call that took far
   longer than measured (``report_stall``).
 
-``state()`` costs one clock read; every ``PERIOD_S`` it re-reads the two files (about
-20 us). A window much longer than that (the process was idle) only starts a new one,
+``state()`` costs one clock read; every ``PERIOD_S`` it re-reads ``/proc/stat`` and
+``times(2)`` (about 20 us). A window much longer than that (the process was idle) only starts a new one,
 the state kept: it would mostly describe what ran while we did not. Where ``/proc`` is
 missing only stalls switch the state.
 """
@@ -37,8 +37,9 @@ _STALE_S = 2 * PERIOD_S
 class MachineLoad:
     """The machine's state as seen by this process (see the module docstring)."""
 
-    def __init__(self, stat_path: str = "/proc/stat", self_path: str = "/proc/self/stat"):
-        self._stat_path, self._self_path = stat_path, self_path
+    def __init__(self, stat_path: str = "/proc/stat", own_ticks=None):
+        self._stat_path = stat_path
+        self._own_ticks = own_ticks or _own_ticks
         self._lock = threading.Lock()
         self._state = QUIET
         self._stalled_at = -float("inf")
@@ -84,16 +85,24 @@ class MachineLoad:
     def _read(self) -> tuple[float, int, int] | None:
         """(monotonic time, busy ticks of all cores, this process's ticks), or None."""
         try:
-            with open(self._stat_path) as f:
-                cpu = [int(v) for v in f.readline().split()[1:]]
-            with open(self._self_path) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, ValueError, IndexError):
+            fd = os.open(self._stat_path, os.O_RDONLY)  # no buffered file object: see _own_ticks
+            try:
+                line = os.read(fd, 160)
+            finally:
+                os.close(fd)
+            # "cpu  user nice system idle iowait irq softirq steal ..." (guest time is in user)
+            user, nice, system, idle, iowait, irq, softirq, steal = map(int, line.split(None, 9)[1:9])
+        except (OSError, ValueError):
             return None
-        idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)  # idle + iowait
-        busy = sum(cpu[:8]) - idle  # user nice system idle iowait irq softirq steal (guest is in user)
-        own = int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15 of stat(5))
-        return time.monotonic(), busy, own
+        return time.monotonic(), user + nice + system + irq + softirq + steal, self._own_ticks()
+
+
+def _own_ticks() -> int:
+    """This process's CPU time in clock ticks, all threads (``times(2)``, the unit of
+    ``/proc/stat``). Reading it and ``/proc/stat`` allocates a few hundred bytes: a run
+    that refreshes the state stays within what a steady-state run may allocate."""
+    t = os.times()
+    return round((t.user + t.system) * _TICKS_PER_S)
 
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

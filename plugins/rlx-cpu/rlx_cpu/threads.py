@@ -11,16 +11,17 @@ A large matmul can run three ways:
   shared counter by the caller and a helper thread (``rlx_cpu.parallel``): two cores
   when the helper gets one, one core -- not a stall -- when it does not.
 
-Each call has one plan per machine state of ``rlx_cpu.load`` (quiet / loaded). The first
-time a call's shapes are compiled in a state, its ways are timed in interleaved rounds
-(rotating order, medians); a multi-core way is chosen only if it beats one thread by
-``MARGIN``; where OpenBLAS's own threads are as fast as one thread (within the cost of
+Each call has one plan per machine state of ``rlx_cpu.load``. When the machine is loaded
+it runs on one thread: OpenBLAS's threads stall then, and with a busy loop holding one
+core of this VM the shared blocks took 635 us where one thread took 559 us (64x784 @
+784x512). When it is quiet, the first time a call's shapes are compiled its three ways
+are timed in interleaved rounds (rotating order, medians); a multi-core way is chosen
+only if it beats one thread by ``MARGIN``; where OpenBLAS's own threads are as fast as one thread (within the cost of
 switching the count), the call keeps whatever count the call before it left (``any``).
-``openblas`` is not a candidate when loaded (its median can look fine while
-every tenth call stalls), and a measurement in which it stalled, or during which the
-state changed, decides for this process only. Decisions are stored with the kernel
-cache (``decisions.json``, keyed by shapes, strides, dtype, cores and state), so they are
-measured once per machine. A call planned on OpenBLAS's threads carries a stall limit:
+A measurement in which OpenBLAS's threads stalled, or after which the machine is no
+longer quiet, decides for this process only; others are stored with the kernel cache
+(``decisions.json``, keyed by shapes, strides, dtype and cores), so they are measured
+once per machine. A call planned on OpenBLAS's threads carries a stall limit:
 the run reports a call that exceeds it, which switches the state to loaded at once.
 
 Small matmuls (OpenBLAS runs them on one thread anyway) are left alone.
@@ -38,7 +39,7 @@ import numpy as np
 
 from .cache import Decisions
 from .kernels import Call
-from .load import LOADED, machine_load
+from .load import LOADED, QUIET, machine_load
 from .parallel import matmul_blocks, shared_work
 from .timing import interleaved_times
 
@@ -100,17 +101,15 @@ def plan_blas_call(call: Call, state: str) -> Call:
     if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
         return call
     ways = ways_of(call, control)
-    measured = {mode: c for mode, c in ways.items() if mode != "any"}
     forced = {"1": "single"}.get(os.environ.get("RLX_CPU_BLAS_THREADS", ""), os.environ.get("RLX_CPU_BLAS_THREADS"))
-    if forced in measured:
+    if forced in ways and forced != "any":
         return ways[forced]
-    if state == LOADED:  # and no "any": the count before it may be OpenBLAS's own
-        del measured["openblas"]
-        ways = measured
-    key = _key(call, control, state)
+    if state == LOADED:
+        return ways["single"]
+    key = _key(call, control)
     mode, seconds = _parse(_decisions.get(key), ways)
     if mode is None:
-        mode, seconds = _parse(_decide(measured, control, state, key), ways)
+        mode, seconds = _parse(_decide({m: c for m, c in ways.items() if m != "any"}, control, key), ways)
     if mode == "openblas":
         return ways[mode]._replace(stall_after=_stall_limit(seconds))
     return ways[mode]
@@ -134,10 +133,10 @@ def ways_of(call: Call, control: BlasThreads) -> dict[str, Call]:
     return ways
 
 
-def _key(call: Call, control: BlasThreads, state: str) -> str:
+def _key(call: Call, control: BlasThreads) -> str:
     arrays = [*call.args, call.kwargs["out"]]
     layout = repr([(a.shape, a.strides, a.dtype.str) for a in arrays] + [os.cpu_count(), control.cores])
-    return f"blas:{hashlib.sha256(layout.encode()).hexdigest()[:24]}:{state}"
+    return f"blas:{hashlib.sha256(layout.encode()).hexdigest()[:24]}"
 
 
 def _parse(decided: str | None, ways: dict[str, Call]) -> tuple[str | None, float]:
@@ -163,9 +162,9 @@ def _stall_limit(seconds: float) -> float:
     return 3 * seconds + 10e-3
 
 
-def _decide(ways: dict[str, Call], control: BlasThreads, state: str, key: str) -> str:
+def _decide(ways: dict[str, Call], control: BlasThreads, key: str) -> str:
     """Time the ways, pick one ("<mode> <median seconds>"), and store it if the
-    measurement was clean."""
+    measurement was clean (no stall, the machine still quiet)."""
     load = machine_load()
     times = measure(ways, control)
     medians = {mode: float(np.median(t)) for mode, t in times.items()}
@@ -178,7 +177,7 @@ def _decide(ways: dict[str, Call], control: BlasThreads, state: str, key: str) -
     if mode == "single" and medians.get("openblas", float("inf")) <= medians["single"] + _SWITCH_S:
         mode = "any"  # as fast either way: not worth switching OpenBLAS's count for
     decided = f"{mode} {medians['single' if mode == 'any' else mode]:.3e}"
-    if not stalled and load.state() == state:
+    if not stalled and load.state() == QUIET:
         _decisions.set(key, decided)
     log.debug("rlx-cpu: BLAS call %s: %s (medians %s)", key, decided, medians)
     return decided
