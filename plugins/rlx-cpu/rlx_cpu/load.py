@@ -14,15 +14,16 @@ per machine state (``rlx_cpu.threads``), and a run follows the current state:
   longer than measured (``report_stall``).
 
 ``state()`` costs one clock read; every ``PERIOD_S`` it re-reads ``/proc/stat`` and
-``times(2)`` (about 20 us). A window much longer than that (the process was idle) only starts a new one,
-the state kept: it would mostly describe what ran while we did not. Where ``/proc`` is
-missing only stalls switch the state.
+``times(2)`` (about 30 us). A window much longer than that (the process was idle) only
+starts a new one, the state kept: it would mostly describe what ran while we did not.
+Where ``/proc`` is missing only stalls switch the state.
 """
 from __future__ import annotations
 
 import os
 import threading
 import time
+from typing import Callable
 
 __all__ = ["MachineLoad", "machine_load", "QUIET", "LOADED"]
 
@@ -35,9 +36,10 @@ _STALE_S = 2 * PERIOD_S
 
 
 class MachineLoad:
-    """The machine's state as seen by this process (see the module docstring)."""
+    """The machine's state as seen by this process (see the module docstring); tests
+    give their own ``stat_path`` and ``own_ticks`` (this process's CPU time in ticks)."""
 
-    def __init__(self, stat_path: str = "/proc/stat", own_ticks=None):
+    def __init__(self, stat_path: str = "/proc/stat", own_ticks: Callable[[], int] | None = None):
         self._stat_path = stat_path
         self._own_ticks = own_ticks or _own_ticks
         self._lock = threading.Lock()
@@ -91,7 +93,7 @@ class MachineLoad:
             finally:
                 os.close(fd)
             # "cpu  user nice system idle iowait irq softirq steal ..." (guest time is in user)
-            user, nice, system, idle, iowait, irq, softirq, steal = map(int, line.split(None, 9)[1:9])
+            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, line.split(None, 9)[1:9])
         except (OSError, ValueError):
             return None
         return time.monotonic(), user + nice + system + irq + softirq + steal, self._own_ticks()
