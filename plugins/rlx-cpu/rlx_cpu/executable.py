@@ -7,10 +7,12 @@ its buffers. The bound calls are then written out as the body of one Python func
 (``f3(a7, a8, out=a9)`` ...) whose names are closure variables: a run is a sequence of
 direct calls with no loop, no dict lookup and no shape check per op.
 
-A run copies the inputs into the arena, runs that function and copies the outputs
-out; with ``out=`` arrays, the outputs are written straight into them (a variant of
-the run, built on first use with those arrays and kept for the next runs), so a
-steady-state ``run(..., out=...)`` allocates no tensor memory. Runs on one executable
+There is one such function per machine state (``rlx_cpu.load``: quiet or loaded),
+differing in how BLAS calls use the cores (``rlx_cpu.threads``); a run reads the state
+and calls its function. A run copies the inputs into the arena, runs that function
+and copies the outputs out; with ``out=`` arrays, the outputs are written straight
+into them (a variant of the run, built on first use with those arrays and kept for
+the next runs), so a steady-state ``run(..., out=...)`` allocates no tensor memory. Runs on one executable
 are serialized by a lock (the arena is shared state).
 
 Backend options (``CompileOptions(backend={...})``): ``arena_alignment`` (bytes, default
@@ -201,6 +203,7 @@ class _Runs:
         return run
 
     def _planned(self, plan: Callable[[Call], Call]) -> list[tuple[str | None, list[Call]]]:
+        """The steps with every BLAS call as ``plan`` makes it."""
         return [(label, [plan(c) if c.fn in BLAS_CALLS else c for c in calls]) for label, calls in self._steps]
 
 
@@ -217,9 +220,9 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
     closure variables (``_Feed`` arguments read ``feeds[name]``). BLAS calls switch
     OpenBLAS's thread count where their ``threads`` differs from the current one (and
     OpenBLAS's own counts are restored at the end); a call with ``stall_after`` is timed
-    and reported to ``rlx_cpu.load`` when it takes longer. numpy floating-point warnings are silenced around
-    the body when it makes numpy calls (inf and NaN are defined results, as in the
-    reference); with a tracer, every labelled step is a span."""
+    and reported to ``rlx_cpu.load`` when it takes longer. numpy floating-point warnings
+    are silenced around the body when it makes numpy calls (inf and NaN are defined
+    results, as in the reference); with a tracer, every labelled step is a span."""
     names: dict[int, str] = {}
     bound: dict[str, Any] = {}
 

@@ -4,13 +4,14 @@ OpenBLAS splits a GEMM statically between its threads and waits for all of them,
 when another process holds a core, a two-thread GEMM stalls until that core is free
 again -- whole scheduler time slices, 10-100x its normal time on a loaded 2-core
 machine. Here a GEMM is cut into column blocks (a batch of GEMMs into runs of batch
-entries), each single-threaded BLAS calls, and two threads take blocks from a shared counter: the calling thread and one helper
-(numpy releases the GIL inside BLAS). If the helper is not scheduled, the caller
-simply does every block itself; it only waits for a block the helper has started.
+entries), each made of single-threaded BLAS calls, and two threads take blocks from a
+shared counter: the calling thread and one helper (numpy releases the GIL inside
+BLAS). If the helper is not scheduled, the caller simply does every block itself; it
+only waits for a block the helper has started.
 
 ``matmul_blocks`` cuts a matmul into blocks; ``shared_work().run(blocks)`` runs them.
-``rlx_cpu.threads`` decides per GEMM whether sharing pays and keeps OpenBLAS itself on
-one thread during a run.
+``rlx_cpu.threads`` decides per GEMM whether sharing pays (against OpenBLAS's own
+threads and one thread).
 """
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def _column_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Callab
     n = b.shape[1]
     if n < 2 * _BLOCK_COLUMNS:
         return None
-    return [functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi]) for lo, hi in _edges(n, n // _BLOCK_COLUMNS)]
+    return [functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi])
+            for lo, hi in _edges(n, n // _BLOCK_COLUMNS)]
 
 
 def _batch_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Callable[[], object]] | None:

@@ -9,20 +9,24 @@ A large matmul can run three ways:
 * ``single`` -- OpenBLAS on one thread: never stalls, one core;
 * ``shared`` -- column (or batch) blocks, each a one-thread BLAS call, taken from a
   shared counter by the caller and a helper thread (``rlx_cpu.parallel``): two cores
-  when the helper gets one, one core -- not a stall -- when it does not.
+  when the helper gets one, one core -- not a stall -- when it does not. (The scheduler
+  tends to wake the helper on the caller's own core, so on this VM the blocks often run
+  one after another: 586 us for 64x784 @ 784x512, one thread 548 us, OpenBLAS's
+  threads 295 us.)
 
-Each call has one plan per machine state of ``rlx_cpu.load``. When the machine is loaded
-it runs on one thread: OpenBLAS's threads stall then, and with a busy loop holding one
-core of this VM the shared blocks took 635 us where one thread took 559 us (64x784 @
-784x512). When it is quiet, the first time a call's shapes are compiled its three ways
-are timed in interleaved rounds (rotating order, medians); a multi-core way is chosen
-only if it beats one thread by ``MARGIN``; where OpenBLAS's own threads are as fast as one thread (within the cost of
-switching the count), the call keeps whatever count the call before it left (``any``).
-A measurement in which OpenBLAS's threads stalled, or after which the machine is no
-longer quiet, decides for this process only; others are stored with the kernel cache
-(``decisions.json``, keyed by shapes, strides, dtype and cores), so they are measured
-once per machine. A call planned on OpenBLAS's threads carries a stall limit:
-the run reports a call that exceeds it, which switches the state to loaded at once.
+Each call has one plan per machine state of ``rlx_cpu.load``. When the machine is
+loaded it runs on one thread: OpenBLAS's threads stall then, and with a busy loop
+holding one core the shared blocks took 635 us where one thread took 559 us (the same
+GEMM). When it is quiet, the first time a call's shapes are compiled its three ways are
+timed in interleaved rounds (rotating order, medians); a multi-core way is chosen only
+if it beats one thread by ``MARGIN``; where OpenBLAS's own threads are as fast as one
+thread (within the cost of switching the count), the call keeps whatever count the call
+before it left (``any``). A measurement in which OpenBLAS's threads stalled, or after
+which the machine is no longer quiet, decides for this process only; others are stored
+with the kernel cache (``decisions.json``, keyed by shapes, strides, dtype and cores),
+so they are measured once per machine. A call planned on OpenBLAS's threads carries a
+stall limit: the run reports a call that exceeds it, which switches the state to
+loaded at once.
 
 Small matmuls (OpenBLAS runs them on one thread anyway) are left alone.
 ``RLX_CPU_BLAS_THREADS=openblas|single|shared`` forces one way wherever it applies
@@ -100,12 +104,12 @@ def plan_blas_call(call: Call, state: str) -> Call:
     control = blas_threads()
     if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
         return call
-    ways = ways_of(call, control)
-    forced = {"1": "single"}.get(os.environ.get("RLX_CPU_BLAS_THREADS", ""), os.environ.get("RLX_CPU_BLAS_THREADS"))
-    if forced in ways and forced != "any":
+    forced = _forced_mode()
+    if state == LOADED and forced is None:
+        return call._replace(threads=1)
+    ways = ways_of(call)
+    if forced in ways:
         return ways[forced]
-    if state == LOADED:
-        return ways["single"]
     key = _key(call, control)
     mode, seconds = _parse(_decisions.get(key), ways)
     if mode is None:
@@ -123,7 +127,14 @@ def single_threaded(call: Call) -> Call:
     return call._replace(threads=1)
 
 
-def ways_of(call: Call, control: BlasThreads) -> dict[str, Call]:
+def _forced_mode() -> str | None:
+    """The way ``RLX_CPU_BLAS_THREADS`` forces (``1`` means ``single``), if any."""
+    value = os.environ.get("RLX_CPU_BLAS_THREADS", "")
+    value = "single" if value == "1" else value
+    return value if value in MODES else None
+
+
+def ways_of(call: Call) -> dict[str, Call]:
     """The ways ``call`` can run (``shared`` only where it splits into blocks; ``any``:
     with whatever thread count the call before it left)."""
     ways = {"openblas": call._replace(threads=OWN_THREADS), "single": call._replace(threads=1), "any": call}
