@@ -10,8 +10,11 @@ per machine state (``rlx_cpu.threads``), and a run follows the current state:
   sampling window (Linux: ``/proc/stat`` less this process's own time, steal time
   counted as busy), and no stall was reported within ``STALL_HOLD_S``;
 * ``"loaded"`` -- they used more than ``LOADED_CORES`` (between the two thresholds the
-  state stays as it was), or a run reported a stall: a multi-threaded call that took far
-  longer than measured (``report_stall``).
+  state stays as it was), or runs reported two stalls within ``STALL_PAIR_S``: calls
+  on several cores that took far longer than measured (``report_stall``). When load
+  starts, the stalls come in quick succession and switch the state before the sampling
+  window does; a lone slow call (the host taking the vCPU for a few ms, which happens
+  to single-threaded calls too) does not.
 
 ``state()`` costs one clock read; every ``PERIOD_S`` it re-reads ``/proc/stat`` and
 ``times(2)`` (about 30 us). A window much longer than that (the process was idle) only
@@ -32,6 +35,7 @@ PERIOD_S = 0.25  # sampling window: long enough for tick-based accounting (10 ms
 QUIET_CORES = 0.15
 LOADED_CORES = 0.35
 STALL_HOLD_S = 2.0  # after a stall, stay loaded at least this long
+STALL_PAIR_S = 0.5
 _STALE_S = 2 * PERIOD_S
 
 
@@ -45,6 +49,7 @@ class MachineLoad:
         self._lock = threading.Lock()
         self._state = QUIET
         self._stalled_at = -float("inf")
+        self._last_stall = -float("inf")  # the last stall reported, counted or not
         self._sample = self._read()
         self._next = time.monotonic() + PERIOD_S
         self.others = 0.0  # cores other processes used over the last window
@@ -56,10 +61,14 @@ class MachineLoad:
         return self._state
 
     def report_stall(self) -> None:
-        """A multi-threaded call stalled: treat the machine as loaded for a while."""
+        """A multi-threaded call stalled: after the second within ``STALL_PAIR_S``, treat
+        the machine as loaded for a while."""
         with self._lock:
-            self._stalled_at = time.monotonic()
-            self._state = LOADED
+            now = time.monotonic()
+            if now - self._last_stall <= STALL_PAIR_S:
+                self._stalled_at = now
+                self._state = LOADED
+            self._last_stall = now
 
     def _refresh(self, now: float) -> None:
         with self._lock:

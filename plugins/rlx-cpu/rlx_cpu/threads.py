@@ -25,8 +25,8 @@ before it left (``any``). A measurement in which OpenBLAS's threads stalled, or 
 which the machine is no longer quiet, decides for this process only; others are stored
 with the kernel cache (``decisions.json``, keyed by shapes, strides, dtype and cores),
 so they are measured once per machine. A call planned on OpenBLAS's threads carries a
-stall limit: the run reports a call that exceeds it, which switches the state to
-loaded at once.
+stall limit: the run reports a call that exceeds it, and two such reports in quick
+succession switch the state to loaded.
 
 Small matmuls (OpenBLAS runs them on one thread anyway) are left alone.
 ``RLX_CPU_BLAS_THREADS=openblas|single|shared`` forces one way wherever it applies
@@ -168,9 +168,9 @@ def _multiply_adds(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def _stall_limit(seconds: float) -> float:
-    """How long a call measured at ``seconds`` may take before it counts as stalled: far
-    beyond noise, far below a scheduler time slice's stall."""
-    return 3 * seconds + 10e-3
+    """How long a call measured at ``seconds`` may take before it counts as stalled:
+    beyond noise, below a scheduler time slice's stall (a lone one is not acted on)."""
+    return 3 * seconds + 1e-3
 
 
 def _decide(ways: dict[str, Call], control: BlasThreads, key: str) -> str:

@@ -228,11 +228,18 @@ def test_load_follows_other_processes_with_hysteresis(tmp_path, monkeypatch):
     assert after(0.3, busy_cores=2.0, own_cores=0.0) == load.LOADED
 
 
-def test_a_stall_holds_the_loaded_state(tmp_path, monkeypatch):
+def test_two_stalls_in_quick_succession_hold_the_loaded_state(tmp_path, monkeypatch):
     clock = [100.0]
     monkeypatch.setattr(load.time, "monotonic", lambda: clock[0])
     sensor = _FakeProc(tmp_path).sensor()
     sensor.report_stall()
+    assert sensor.state() == load.QUIET  # a lone slow call
+    clock[0] += load.STALL_PAIR_S + 0.1
+    sensor.report_stall()
+    assert sensor.state() == load.QUIET  # too long after the first
+    clock[0] += 0.1
+    sensor.report_stall()
+    assert sensor.state() == load.LOADED
     for _ in range(int(load.STALL_HOLD_S / 0.3)):  # quiet windows, but within the hold
         clock[0] += 0.3
         assert sensor.state() == load.LOADED
@@ -243,6 +250,7 @@ def test_a_stall_holds_the_loaded_state(tmp_path, monkeypatch):
 def test_without_proc_the_state_is_quiet_unless_stalled(tmp_path):
     sensor = load.MachineLoad(str(tmp_path / "missing"))
     assert sensor.state() == load.QUIET
+    sensor.report_stall()
     sensor.report_stall()
     assert sensor.state() == load.LOADED
 
