@@ -7,10 +7,12 @@ its buffers. The bound calls are then written out as the body of one Python func
 (``f3(a7, a8, out=a9)`` ...) whose names are closure variables: a run is a sequence of
 direct calls with no loop, no dict lookup and no shape check per op.
 
-A run copies the inputs into the arena, runs that function and copies the outputs
-out; with ``out=`` arrays, the outputs are written straight into them (a variant of
-the run, built on first use with those arrays and kept for the next runs), so a
-steady-state ``run(..., out=...)`` allocates no tensor memory. Runs on one executable
+There is one such function per machine state (``rlx_cpu.load``: quiet or loaded),
+differing in how BLAS calls use the cores (``rlx_cpu.threads``); a run reads the state
+and calls its function. A run copies the inputs into the arena, runs that function
+and copies the outputs out; with ``out=`` arrays, the outputs are written straight
+into them (a variant of the run, built on first use with those arrays and kept for
+the next runs), so a steady-state ``run(..., out=...)`` allocates no tensor memory. Runs on one executable
 are serialized by a lock (the arena is shared state).
 
 Backend options (``CompileOptions(backend={...})``): ``arena_alignment`` (bytes, default
@@ -20,6 +22,7 @@ node as its own step, so that the trace attributes time to ops).
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,12 +33,14 @@ from rlx_core.reference import RefContext
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 
 from . import jit
+from .adaptive import AdaptiveRun
 from .backend import CAPABILITIES
 from .kernels import Bound, Call, build_calls, scratch_shapes
 from .kernels.fused import split_unprofitable
+from .load import LOADED, QUIET, machine_load
 from .plan import Scratch, plan_memory
 from .schedule import schedule
-from .threads import blas_threads, plan_blas_call
+from .threads import OWN_THREADS, blas_threads, plan_blas_call, single_threaded
 
 __all__ = ["CpuExecutable", "DEFAULT_ALIGNMENT"]
 
@@ -68,9 +73,10 @@ class CpuExecutable(ExecutableGraph):
         arrays = self._bind_views(self._buffers)
         self._params = {n.attrs["name"]: arrays[Ref(n.id)] for n in graph.param_nodes}
         self._outputs = [arrays[r] for r in graph.outputs]
-        self._run = self._generate(arrays)
+        self._load = machine_load()
+        self._runs = _Runs(self._steps_of(arrays), self._tracer)
         self._direct = self._direct_outputs()
-        self._variants: OrderedDict[tuple[int, ...], tuple[list[np.ndarray], Callable, list]] = OrderedDict()
+        self._variants: OrderedDict[tuple[int, ...], tuple[list[np.ndarray], _Runs, list]] = OrderedDict()
 
     @property
     def steps(self):
@@ -115,12 +121,13 @@ class CpuExecutable(ExecutableGraph):
             else:
                 scratch = [arrays[Scratch(i, k)] for k in range(len(self.plan.scratch[i]))]
                 calls = build_calls(Bound(step, self.graph, ins, outs, scratch, self._ctx))
-            out.append((step.label, [plan_blas_call(c) if c.fn in BLAS_CALLS else c for c in calls]))
+            out.append((step.label, calls))
         return out
 
-    def _generate(self, arrays: dict) -> Callable[[Mapping[str, np.ndarray]], None]:
+    def _steps_of(self, arrays: dict) -> list[tuple[str | None, list[Call]]]:
+        """A run's calls: the input copies, then every step's."""
         copies = [Call(np.copyto, (arrays[Ref(n.id)], _Feed(n.attrs["name"]))) for n in self.graph.input_nodes]
-        return straight_line([(None, copies)] + self._calls(arrays), self._tracer)
+        return [(None, copies)] + self._calls(arrays)
 
     # --- out= buffers ---------------------------------------------------------------------
     def _direct_outputs(self) -> list[bool]:
@@ -129,8 +136,8 @@ class CpuExecutable(ExecutableGraph):
         produced = {r for s in self.plan.steps for r in s.outputs}
         return [r in produced and self.graph.outputs.count(r) == 1 for r in self.graph.outputs]
 
-    def _variant(self, out: Sequence[np.ndarray]) -> tuple[Callable, list[tuple[np.ndarray, np.ndarray]]]:
-        """The run writing into ``out`` directly where it can, and the copies left to do."""
+    def _variant(self, out: Sequence[np.ndarray]) -> tuple[_Runs, list[tuple[np.ndarray, np.ndarray]]]:
+        """The runs writing into ``out`` directly where they can, and the copies left to do."""
         key = tuple(map(id, out))
         hit = self._variants.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], out)):
@@ -139,12 +146,12 @@ class CpuExecutable(ExecutableGraph):
         direct = {r: o for r, o, ok in zip(self.graph.outputs, out, self._direct)
                   if ok and o.flags.c_contiguous and o.flags.aligned}
         buffers = {**self._buffers, **direct}
-        run = self._generate(self._bind_views(buffers))
+        runs = _Runs(self._steps_of(self._bind_views(buffers)), self._tracer)
         copies = [(o, src) for r, o, src in zip(self.graph.outputs, out, self._outputs) if r not in direct]
-        self._variants[key] = (list(out), run, copies)
+        self._variants[key] = (list(out), runs, copies)
         if len(self._variants) > _OUT_VARIANTS:
             self._variants.popitem(last=False)
-        return run, copies
+        return runs, copies
 
     # --- ExecutableGraph ------------------------------------------------------------------
     def set_param(self, name: str, value: np.ndarray) -> None:
@@ -153,11 +160,12 @@ class CpuExecutable(ExecutableGraph):
 
     def run(self, inputs: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         with self._lock:
+            state = self._load.state()
             if out is None:
-                self._run(inputs)
+                self._runs.get(state)(inputs)
                 return [o.copy() for o in self._outputs]
-            run, copies = self._variant(out)
-            run(inputs)
+            runs, copies = self._variant(out)
+            runs.get(state)(inputs)
             for dst, src in copies:
                 np.copyto(dst, src)
             return list(out)
@@ -172,6 +180,33 @@ class CpuExecutable(ExecutableGraph):
         return exe
 
 
+class _Runs:
+    """A run's bound calls, and the function generated from them for each machine state
+    (``rlx_cpu.load``): the states differ in how BLAS calls use the cores. Where a
+    state's plan puts some BLAS call on several cores, its run is an ``AdaptiveRun``
+    between that plan and one with every BLAS call on one thread."""
+
+    def __init__(self, steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None):
+        self._steps, self._tracer = steps, tracer
+        self._by_state = {state: self._generate(state) for state in (QUIET, LOADED)}
+
+    def get(self, state: str) -> Callable[[Mapping[str, np.ndarray]], None]:
+        return self._by_state[state]
+
+    def _generate(self, state: str) -> Callable[[Mapping[str, np.ndarray]], None]:
+        planned = self._planned(lambda c: plan_blas_call(c, state))
+        single = self._planned(single_threaded)
+        run = straight_line(planned, self._tracer)
+        if any(p.threads == OWN_THREADS or p.fn is not s.fn
+               for (_, ps), (_, ss) in zip(planned, single) for p, s in zip(ps, ss)):
+            run = AdaptiveRun([run, straight_line(single, self._tracer)])
+        return run
+
+    def _planned(self, plan: Callable[[Call], Call]) -> list[tuple[str | None, list[Call]]]:
+        """The steps with every BLAS call as ``plan`` makes it."""
+        return [(label, [plan(c) if c.fn in BLAS_CALLS else c for c in calls]) for label, calls in self._steps]
+
+
 class _Feed:
     """Placeholder argument: the run's input called ``name``."""
 
@@ -184,9 +219,10 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
     """One function ``run(feeds)`` making every call in order, its arguments bound as
     closure variables (``_Feed`` arguments read ``feeds[name]``). BLAS calls switch
     OpenBLAS's thread count where their ``threads`` differs from the current one (and
-    OpenBLAS's own counts are restored at the end). numpy floating-point warnings are silenced around
-    the body when it makes numpy calls (inf and NaN are defined results, as in the
-    reference); with a tracer, every labelled step is a span."""
+    OpenBLAS's own counts are restored at the end); a call with ``stall_after`` is timed
+    and reported to ``rlx_cpu.load`` when it takes longer. numpy floating-point warnings
+    are silenced around the body when it makes numpy calls (inf and NaN are defined
+    results, as in the reference); with a tracer, every labelled step is a span."""
     names: dict[int, str] = {}
     bound: dict[str, Any] = {}
 
@@ -201,16 +237,22 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
         return names[id(obj)]
 
     control = blas_threads()
-    threads = None  # OpenBLAS's own counts
+    threads, switched = OWN_THREADS, False
     body, numpy_calls = [], False
     for label, calls in steps:
         lines = []
         for c in calls:
             if control is not None and c.threads is not None and c.threads != threads:
-                threads = c.threads
-                lines.append(f"{name_of(control.set)}({threads})")
+                threads, switched = c.threads, True
+                lines.append(f"{name_of(control.apply)}({threads})")
             args = [name_of(a) for a in c.args] + [f"{k}={name_of(v)}" for k, v in c.kwargs.items()]
-            lines.append(f"{name_of(c.fn)}({', '.join(args)})")
+            call = f"{name_of(c.fn)}({', '.join(args)})"
+            if c.stall_after is None:
+                lines.append(call)
+            else:
+                clock = name_of(time.perf_counter)
+                lines += [f"t = {clock}()", call,
+                          f"if {clock}() - t > {c.stall_after!r}: {name_of(machine_load().report_stall)}()"]
             numpy_calls |= not (jit.is_compiled(c.fn) or _cannot_warn(c))
         if tracer is not None and label is not None:
             lines = [f"with span({label!r}):"] + ["    " + line for line in lines]
@@ -218,7 +260,7 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
     if tracer is not None:
         bound["span"] = tracer.span
         body.append(f"{name_of(tracer.end_run)}()")
-    if threads is not None:  # give OpenBLAS its own counts back, whatever happens
+    if switched:  # give OpenBLAS its own counts back, whatever happens
         body = ["try:"] + ["    " + line for line in body] + ["finally:", f"    {name_of(control.restore)}()"]
     if numpy_calls:
         bound["errstate"] = np.errstate

@@ -3,14 +3,15 @@
 OpenBLAS splits a GEMM statically between its threads and waits for all of them, so
 when another process holds a core, a two-thread GEMM stalls until that core is free
 again -- whole scheduler time slices, 10-100x its normal time on a loaded 2-core
-machine. Here a GEMM is cut into column blocks, each one single-threaded BLAS call,
-and two threads take blocks from a shared counter: the calling thread and one helper
-(numpy releases the GIL inside BLAS). If the helper is not scheduled, the caller
-simply does every block itself; it only waits for a block the helper has started.
+machine. Here a GEMM is cut into column blocks (a batch of GEMMs into runs of batch
+entries), each made of single-threaded BLAS calls, and two threads take blocks from a
+shared counter: the calling thread and one helper (numpy releases the GIL inside
+BLAS). If the helper is not scheduled, the caller simply does every block itself; it
+only waits for a block the helper has started.
 
-``matmul_blocks`` cuts one GEMM into blocks; ``shared_work().run(blocks)`` runs them.
-``rlx_cpu.threads`` decides per GEMM whether sharing pays and keeps OpenBLAS itself on
-one thread during a run.
+``matmul_blocks`` cuts a matmul into blocks; ``shared_work().run(blocks)`` runs them.
+``rlx_cpu.threads`` decides per GEMM whether sharing pays (against OpenBLAS's own
+threads and one thread).
 """
 from __future__ import annotations
 
@@ -84,11 +85,39 @@ def shared_work() -> SharedWork:
 
 
 def matmul_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Callable[[], object]] | None:
-    """``out = a @ b`` (2-D) as column blocks, each one BLAS call, or None when too narrow
-    to split."""
-    if a.ndim != 2 or b.ndim != 2 or b.shape[1] < 2 * _BLOCK_COLUMNS:
+    """``out = a @ b`` as blocks, each one or a few BLAS calls: column blocks of a 2-D
+    product, runs of batch entries of a batched one; None when it does not split."""
+    if a.ndim == 2 and b.ndim == 2:
+        return _column_blocks(a, b, out)
+    if a.ndim < 2 or b.ndim < 2:
         return None
+    return _batch_blocks(a, b, out)
+
+
+def _column_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Callable[[], object]] | None:
     n = b.shape[1]
-    parts = max(2, min(8, n // _BLOCK_COLUMNS))
+    if n < 2 * _BLOCK_COLUMNS:
+        return None
+    return [functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi])
+            for lo, hi in _edges(n, n // _BLOCK_COLUMNS)]
+
+
+def _batch_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Callable[[], object]] | None:
+    batch = out.shape[:-2]
+    a_all, b_all = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
+    entries = [(a_all[i], b_all[i], out[i]) for i in np.ndindex(batch)]
+    if len(entries) < 2:
+        return None
+    return [functools.partial(_matmuls, entries[lo:hi]) for lo, hi in _edges(len(entries), len(entries))]
+
+
+def _matmuls(entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+    for a, b, out in entries:
+        np.matmul(a, b, out=out)
+
+
+def _edges(n: int, parts: int) -> list[tuple[int, int]]:
+    """``range(n)`` cut into between 2 and 8 near-equal runs (at most ``parts``, at least 2)."""
+    parts = max(2, min(8, parts, n))
     edges = [round(n * k / parts) for k in range(parts + 1)]
-    return [functools.partial(np.matmul, a, b[:, lo:hi], out=out[:, lo:hi]) for lo, hi in zip(edges, edges[1:])]
+    return list(zip(edges, edges[1:]))

@@ -1,17 +1,50 @@
-"""BLAS calls: one OpenBLAS thread during runs (restored after), GEMMs shared with a
-helper thread where that measured faster."""
+"""BLAS calls: a plan per machine state (quiet: OpenBLAS's threads / one thread / shared
+blocks, measured; loaded: one thread), OpenBLAS's counts restored after runs, stalls
+reported, runs that keep the faster of two plans, the machine-load sensor."""
+import time
+
 import numpy as np
 import pytest
 
 from rlx_core import CompileOptions, evaluate, models
-from rlx_cpu import threads
-from rlx_cpu.executable import CpuExecutable
+from rlx_cpu import adaptive, load, threads
+from rlx_cpu.executable import CpuExecutable, straight_line
 from rlx_cpu.kernels import Call
 from rlx_cpu.parallel import matmul_blocks, shared_work
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 control = threads.blas_threads()
 needs_openblas = pytest.mark.skipif(control is None, reason="numpy's BLAS is not a multi-threaded OpenBLAS")
+
+
+class _FixedLoad:
+    """A machine-load sensor stuck in one state, counting reported stalls."""
+
+    def __init__(self, state):
+        self.current, self.stalls = state, 0
+
+    def state(self):
+        return self.current
+
+    def report_stall(self):
+        self.stalls += 1
+
+
+@pytest.fixture
+def sensor(monkeypatch):
+    """The machine-load sensor the planner sees: quiet until a test says otherwise."""
+    fixed = _FixedLoad(load.QUIET)
+    monkeypatch.setattr(threads, "machine_load", lambda: fixed)
+    return fixed
+
+
+@pytest.fixture
+def stored(monkeypatch, sensor):
+    """Decisions kept in a dict (not on disk)."""
+    values = {}
+    monkeypatch.setattr(threads._decisions, "get", values.get)
+    monkeypatch.setattr(threads._decisions, "set", values.__setitem__)
+    return values
 
 
 def _openblas_threads() -> list[int]:
@@ -26,71 +59,221 @@ def _mlp_executable(extra=None):
     return exe, g, params
 
 
-def _matmul_call(m=64, k=64, n=256):
+def _matmul_call(m=64, k=64, n=256, batch=()):
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
-    return Call(np.matmul, (a, b), {"out": np.empty((m, n), np.float32)})
+    a = rng.standard_normal(batch + (m, k)).astype(np.float32)
+    b = rng.standard_normal(batch + (k, n)).astype(np.float32)
+    return Call(np.matmul, (a, b), {"out": np.empty(batch + (m, n), np.float32)})
 
 
-def test_shared_blocks_compute_the_product():
-    call = _matmul_call(m=8, k=16, n=300)
-    blocks = matmul_blocks(*call.args, call.kwargs["out"])
-    assert len(blocks) == 4
+@pytest.mark.parametrize("shape", [dict(m=8, k=16, n=300), dict(m=8, k=16, n=20, batch=(3, 2))])
+def test_shared_blocks_compute_the_product(shape):
+    call = _matmul_call(**shape)
+    a, b = call.args
+    blocks = matmul_blocks(a, b, call.kwargs["out"])
+    assert len(blocks) == (4 if not shape.get("batch") else 6)
     for _ in range(3):
         call.kwargs["out"][:] = np.nan
         shared_work().run(blocks)
-        np.testing.assert_allclose(call.kwargs["out"], call.args[0] @ call.args[1], rtol=1e-5)
+        np.testing.assert_allclose(call.kwargs["out"], a @ b, rtol=1e-5)
+
+
+def test_blocks_of_broadcast_batches():
+    a = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
+    b = np.arange(5 * 6, dtype=np.float64).reshape(5, 6) / 7
+    out = np.empty((2, 3, 4, 6))
+    shared_work().run(matmul_blocks(a, b[None], out))
+    np.testing.assert_allclose(out, a @ b)
     assert matmul_blocks(np.ones((2, 3)), np.ones((3, 64)), np.empty((2, 64))) is None  # too narrow
+    assert matmul_blocks(np.ones((1, 2, 3)), np.ones((1, 3, 4)), np.empty((1, 2, 4))) is None  # one entry
 
 
 @needs_openblas
-@pytest.mark.parametrize("decision", ["single", "shared"])
-def test_runs_are_correct_and_restore_openblas_threads(monkeypatch, decision):
-    monkeypatch.setattr(threads._decisions, "get", lambda key: decision)
+@pytest.mark.parametrize("mode", threads.MODES)
+def test_runs_are_correct_and_restore_openblas_threads(monkeypatch, stored, mode):
+    monkeypatch.setattr(threads._decisions, "get", lambda key: f"{mode} 1e-4")
     exe, g, params = _mlp_executable()
-    calls = [c for _, cs in exe._calls(exe._bind_views(exe._buffers)) for c in cs if c.threads is not None]
-    assert calls and all(c.threads == 1 for c in calls)
-    assert any(c.fn == shared_work().run for c in calls) == (decision == "shared")
+    planned = [c for _, cs in exe._runs._planned(lambda c: threads.plan_blas_call(c, load.QUIET)) for c in cs
+               if c.threads is not None]
+    assert planned and all(c.threads == (threads.OWN_THREADS if mode == "openblas" else 1) for c in planned)
+    assert any(c.fn == shared_work().run for c in planned) == (mode == "shared")
+    assert all((c.stall_after is not None) == (mode == "openblas") for c in planned)
     inputs = models.example_inputs(g)
     before = _openblas_threads()
-    np.testing.assert_allclose(exe.run(inputs)[0], evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-5)
+    for _ in range(3):
+        np.testing.assert_allclose(exe.run(inputs)[0], evaluate(g, inputs, params)[0], rtol=1e-4, atol=1e-5)
     assert _openblas_threads() == before
 
 
 @needs_openblas
-def test_the_default_is_restored_when_a_run_fails():
+def test_the_default_is_restored_when_a_run_fails(stored):
     def broken(x):
         raise ValueError("kernel failure")
     exe, g, _ = _mlp_executable({"relu": broken})
+    run = straight_line(exe._runs._planned(threads.single_threaded))  # switches OpenBLAS to one thread
     before = _openblas_threads()
     with pytest.raises(ValueError, match="kernel failure"):
-        exe.run(models.example_inputs(g))
+        run(models.example_inputs(g))
     assert _openblas_threads() == before
 
 
 @needs_openblas
-def test_choice_is_measured_once_and_stored(monkeypatch):
-    stored = {}
-    monkeypatch.setattr(threads._decisions, "get", stored.get)
-    monkeypatch.setattr(threads._decisions, "set", stored.__setitem__)
+def test_choice_is_measured_once_and_stored_and_loaded_means_one_thread(monkeypatch, stored):
     call = _matmul_call()
-    first = threads.plan_blas_call(call)
-    assert list(stored.values()) in (["single"], ["shared"])
-    monkeypatch.setattr(threads, "_shared_is_faster", lambda *_: pytest.fail("measured twice"))
-    assert threads.plan_blas_call(call).fn == first.fn
+    quiet = threads.plan_blas_call(call, load.QUIET)
+    assert len(stored) == 1 and next(iter(stored.values())).split()[0] in threads.MODES + ("any",)
+    monkeypatch.setattr(threads, "measure", lambda *_: pytest.fail("measured twice"))
+    assert threads.plan_blas_call(call, load.QUIET).fn == quiet.fn
+    loaded = threads.plan_blas_call(call, load.LOADED)
+    assert loaded.fn is np.matmul and loaded.threads == 1 and len(stored) == 1
 
 
 @needs_openblas
-def test_environment_overrides(monkeypatch):
-    monkeypatch.setattr(threads, "_shared_is_faster", lambda *_: pytest.fail("measured"))
+def test_a_stalled_measurement_reports_and_is_not_stored(monkeypatch, stored, sensor):
+    monkeypatch.setattr(threads, "measure", lambda ways, _: {
+        "openblas": [1e-4] * 6 + [0.5], "single": [3e-4] * 7, "shared": [2e-4] * 7})
+    planned = threads.plan_blas_call(_matmul_call(), load.QUIET)
+    assert sensor.stalls == 1 and not stored
+    assert planned.fn == shared_work().run  # openblas is out; shared beats one thread
+
+
+@needs_openblas
+def test_a_state_change_during_measurement_is_not_stored(stored, sensor):
+    sensor.current = load.LOADED
+    threads.plan_blas_call(_matmul_call(), load.QUIET)
+    assert not stored
+
+
+@needs_openblas
+@pytest.mark.parametrize("openblas, decided, threads_", [
+    (0.95e-4, "any 1.000e-04", None),  # as fast as one thread: keep whatever count is set
+    (1.2e-4, "single 1.000e-04", 1),
+    (0.8e-4, "openblas 8.000e-05", threads.OWN_THREADS)])
+def test_a_multi_core_way_must_clearly_win(monkeypatch, stored, openblas, decided, threads_):
+    monkeypatch.setattr(threads, "measure", lambda ways, _: {
+        "openblas": [openblas] * 7, "single": [1e-4] * 7, "shared": [0.99e-4] * 7})
+    assert threads.plan_blas_call(_matmul_call(), load.QUIET).threads == threads_
+    assert list(stored.values()) == [decided]
+
+
+@needs_openblas
+def test_environment_overrides(monkeypatch, stored):
+    monkeypatch.setattr(threads, "measure", lambda *_: pytest.fail("measured"))
     call = _matmul_call()
     monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "openblas")
-    assert threads.plan_blas_call(call) == call
+    assert threads.plan_blas_call(call, load.LOADED).threads == threads.OWN_THREADS
     monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "1")
-    assert threads.plan_blas_call(call) == call._replace(threads=1)
+    assert threads.plan_blas_call(call, load.QUIET).threads == 1
+    monkeypatch.setenv("RLX_CPU_BLAS_THREADS", "shared")
+    assert threads.plan_blas_call(call, load.QUIET).fn == shared_work().run
 
 
 def test_tiny_matmuls_are_left_to_openblas(monkeypatch):
-    monkeypatch.setattr(threads, "_shared_is_faster", lambda *_: pytest.fail("measured"))
+    monkeypatch.setattr(threads, "measure", lambda *_: pytest.fail("measured"))
     call = _matmul_call(m=4, k=16, n=64)
-    assert threads.plan_blas_call(call) == call
+    assert threads.plan_blas_call(call, load.QUIET) is call
+    assert threads.single_threaded(call) is call
+
+
+def test_a_call_past_its_stall_limit_is_reported(monkeypatch):
+    sensor = _FixedLoad(load.QUIET)
+    monkeypatch.setattr("rlx_cpu.executable.machine_load", lambda: sensor)
+    slow = Call(time.sleep, (0.002,), stall_after=0.001)
+    fast = Call(time.sleep, (0.0,), stall_after=1.0)
+    straight_line([("a", [fast])])({})
+    assert sensor.stalls == 0
+    straight_line([("a", [fast, slow])])({})
+    assert sensor.stalls == 1
+
+
+# --- the machine-load sensor -------------------------------------------------------------------
+class _FakeProc:
+    """A /proc/stat file and a process CPU clock (in ticks) that tests advance."""
+
+    def __init__(self, tmp_path):
+        self.path = tmp_path / "stat"
+        self.busy = self.own = 0
+        self.write()
+
+    def write(self):
+        # user nice system idle iowait irq softirq steal: busy ticks spread over user and steal
+        self.path.write_text(f"cpu  {self.busy - self.busy // 4} 0 0 1000 7 0 0 {self.busy // 4} 0 0\ncpu0 ...\n")
+
+    def sensor(self):
+        return load.MachineLoad(str(self.path), lambda: self.own)
+
+
+def test_load_follows_other_processes_with_hysteresis(tmp_path, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(load.time, "monotonic", lambda: clock[0])
+    proc = _FakeProc(tmp_path)
+    sensor = proc.sensor()
+    ticks = load._TICKS_PER_S
+
+    def after(seconds, busy_cores, own_cores):
+        clock[0] += seconds
+        proc.busy += round(busy_cores * ticks * seconds)
+        proc.own += round(own_cores * ticks * seconds)
+        proc.write()
+        return sensor.state()
+
+    assert sensor.state() == load.QUIET
+    assert after(0.3, busy_cores=1.9, own_cores=1.9) == load.QUIET  # our own threads do not count
+    assert after(0.3, busy_cores=2.0, own_cores=1.0) == load.LOADED
+    assert sensor.others == pytest.approx(1.0, abs=0.05)
+    assert after(0.3, busy_cores=1.25, own_cores=1.0) == load.LOADED  # between the thresholds: kept
+    assert after(0.3, busy_cores=1.0, own_cores=1.0) == load.QUIET
+    assert after(0.1, busy_cores=2.0, own_cores=0.0) == load.QUIET  # within the period: not re-read
+    assert after(5.0, busy_cores=2.0, own_cores=0.0) == load.QUIET  # a stale window: a new one starts
+    assert after(0.3, busy_cores=2.0, own_cores=0.0) == load.LOADED
+
+
+def test_two_stalls_in_quick_succession_hold_the_loaded_state(tmp_path, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(load.time, "monotonic", lambda: clock[0])
+    sensor = _FakeProc(tmp_path).sensor()
+    sensor.report_stall()
+    assert sensor.state() == load.QUIET  # a lone slow call
+    clock[0] += load.STALL_PAIR_S + 0.1
+    sensor.report_stall()
+    assert sensor.state() == load.QUIET  # too long after the first
+    clock[0] += 0.1
+    sensor.report_stall()
+    assert sensor.state() == load.LOADED
+    for _ in range(int(load.STALL_HOLD_S / 0.3)):  # quiet windows, but within the hold
+        clock[0] += 0.3
+        assert sensor.state() == load.LOADED
+    clock[0] += 0.3
+    assert sensor.state() == load.QUIET
+
+
+def test_without_proc_the_state_is_quiet_unless_stalled(tmp_path):
+    sensor = load.MachineLoad(str(tmp_path / "missing"))
+    assert sensor.state() == load.QUIET
+    sensor.report_stall()
+    sensor.report_stall()
+    assert sensor.state() == load.LOADED
+
+
+# --- adaptive runs -----------------------------------------------------------------------------
+def _busy(seconds):
+    def run(feeds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+        feeds.append(seconds)
+    return run
+
+
+def test_an_adaptive_run_moves_to_the_faster_plan_and_back(monkeypatch):
+    monkeypatch.setattr(adaptive, "PROBE_EVERY_S", 0.0)
+    slow, fast = [_busy(2e-3), _busy(2e-4)]
+    run = adaptive.AdaptiveRun([slow, fast])
+    done = []
+    for _ in range(3 * (adaptive.PROBE_RUNS + 1)):
+        run(done)
+    assert run.current == 1 and 2e-3 in done  # it ran the first plan, then chose the second
+    run.plans = [fast, slow]  # the machine changed: plan 1 is now the slow one
+    for _ in range(6 * (adaptive.PROBE_RUNS + 1)):
+        run(done)
+    assert run.current == 0

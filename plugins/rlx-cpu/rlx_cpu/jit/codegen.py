@@ -28,7 +28,7 @@ from typing import Any
 from rlx_core import DType
 
 __all__ = ["ScalarOp", "Program", "Operand", "LEAF", "CONSTANT", "FUSIBLE_DTYPES", "supports",
-           "elementwise_source", "rows_source", "pool_source"]
+           "elementwise_source", "rows_source", "pool_source", "direct_conv_source"]
 
 LEAF = "leaf"
 CONSTANT = "constant"  # args: (pack, element) -- element ``element`` of constant pack ``pack``
@@ -258,4 +258,22 @@ def pool_source(is_max: bool, kernel: tuple[int, int], strides: tuple[int, int],
     lines += ["                " + r for r in rows]
     lines += ["                row = y[n, c, oh]", "                for ow in range(out_w):",
               f"                    row[ow] = {acc}"]
+    return _HEADER + "\n".join(lines) + "\n"
+
+
+def direct_conv_source(kernel: tuple[int, int], dilations: tuple[int, int]) -> str:
+    """``kernel(xp, w, y)``: the stride-1 convolution ``y[co, oh, ow] = sum over ci, i, j of
+    w[co, ci, i, j] * xp[ci, oh + i*dh, ow + j*dw]`` of one padded image ``xp [Ci, Hp, Wp]``
+    with ``w [Co, Ci, kh, kw]`` into ``y [Co, Ho, Wo]``. The taps are written out, their
+    weights hoisted out of the loop along the output row, which LLVM vectorizes; the row
+    stays in L1 while every input channel adds to it."""
+    (kh, kw), (dh, dw) = kernel, dilations
+    taps = [(i, j) for i in range(kh) for j in range(kw)]
+    lines = [_DECORATOR.replace(")", ', fastmath={"contract"})'), "def kernel(xp, w, y):",
+             "    out_c, out_h, out_w = y.shape", "    for co in range(out_c):", "        for oh in range(out_h):",
+             "            acc = y[co, oh]", "            acc[:] = 0", "            for ci in range(xp.shape[0]):"]
+    lines += [f"                r{i} = xp[ci, oh + {i * dh}]" for i in range(kh)]
+    lines += [f"                w{i}_{j} = w[co, ci, {i}, {j}]" for i, j in taps]
+    lines += ["                for ow in range(out_w):",
+              "                    acc[ow] += " + " + ".join(f"w{i}_{j} * r{i}[ow + {j * dw}]" for i, j in taps)]
     return _HEADER + "\n".join(lines) + "\n"

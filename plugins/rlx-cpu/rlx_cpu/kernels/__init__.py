@@ -28,13 +28,16 @@ __all__ = ["Call", "Bound", "kernel", "build_calls", "scratch_shapes", "referenc
 
 
 class Call(NamedTuple):
-    """``fn(*args, **kwargs)``: one statement of a compiled run (``threads``: the BLAS
-    thread count it runs with, for BLAS calls; see ``rlx_cpu.threads``)."""
+    """``fn(*args, **kwargs)``: one statement of a compiled run. For BLAS calls
+    (see ``rlx_cpu.threads``): ``threads``, the OpenBLAS thread count it runs with (0:
+    OpenBLAS's own counts), and ``stall_after``, the seconds beyond which the run
+    reports it as stalled."""
 
     fn: Callable
     args: tuple = ()
     kwargs: dict = {}
     threads: int | None = None
+    stall_after: float | None = None
 
 
 @dataclass

@@ -1,60 +1,127 @@
-"""Convolution as im2col (numba) + one BLAS matmul per image; pooling in numba.
+"""Convolution by the route measured fastest for its geometry; pooling in numba.
 
-The matmul runs "channels last": ``[Ho*Wo, K] @ [K, Co]`` (the column matrix read
-transposed), which BLAS computes 1.4-1.8x faster than ``[Co, K] @ [K, Ho*Wo]`` for the
-few output channels of small CNNs. Its result, in scratch, is handed on as an NCHW
-view; the bias and a fused epilogue read it from there while writing the output. With
-channel groups, each group is one ``[Co/g, K] @ [K, Ho*Wo]`` matmul into the output.
+Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
 
-A 1-D convolution is the 2-D one with a height of 1. A 1x1 convolution with unit
-strides and no padding needs no im2col: its input already is the column matrix.
+* ``pointwise`` -- a 1x1 convolution with unit strides and no padding: its input already
+  is the column matrix, one ``[Co/g, C/g] @ [C/g, H*W]`` matmul per image and group.
+* ``channels_last`` -- im2col (numba) + ``[Ho*Wo, K] @ [K, Co]`` (the column matrix read
+  transposed), which BLAS often computes faster than the NCHW product. The result, in
+  scratch, is handed on as an NCHW view: the bias and a fused epilogue read it from there
+  while writing the output (a transposing pass). One group only.
+* ``nchw`` -- im2col + ``[Co/g, K] @ [K, Ho*Wo]`` per group, straight into the output.
+* ``direct`` -- a generated numba kernel (``codegen.direct_conv_source``) over a padded
+  copy of the image, straight into the output: no column matrix at all. Unit strides,
+  one group. It wins where im2col + GEMM are inefficient: few input channels.
+
+``conv_route`` times the eligible routes once per geometry and dtype on sample data
+(BLAS on one thread, each route followed by the pass that brings its result into an
+NCHW output, since that is where the channels-last route pays its transpose) and stores
+the choice with the kernel cache.
 """
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
 from rlx_core import DType, Graph, Node, Shape
 
+from ..cache import Decisions
 from ..jit import generated_kernel, library, specialize
-from ..jit.codegen import pool_source
+from ..jit.codegen import direct_conv_source, pool_source
+from ..timing import interleaved_times
 from . import Bound, Call, kernel
 
-__all__ = ["conv_calls", "conv_scratch", "result_in_scratch"]
+__all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES"]
 
 _FAST = frozenset({DType.F32, DType.F64})
+ROUTES = ("pointwise", "channels_last", "nchw", "direct")
+_DIRECT_MAX_TAPS = 49  # the direct kernel writes every tap out: keep its code small
+_decisions = Decisions()
 
 
-def _as_2d(node: Node) -> dict:
-    """The conv's geometry as 2-D attributes (a 1-D conv gets a height-1 axis)."""
-    a = node.attrs
-    if len(a["strides"]) == 2:
-        return dict(strides=a["strides"], pads=a["pads"], dilations=a["dilations"])
-    return dict(strides=(1,) + a["strides"], pads=(0, a["pads"][0], 0, a["pads"][1]),
-                dilations=(1,) + a["dilations"])
+class _Geometry:
+    """A conv node's geometry as 2-D (height 1 for a 1-D conv)."""
+
+    def __init__(self, node: Node, graph: Graph):
+        a = node.attrs
+        w = graph.shape_of(node.inputs[1]).dims
+        x = graph.shape_of(node.inputs[0]).dims
+        if len(a["strides"]) == 2:
+            self.strides, self.pads, self.dilations = a["strides"], a["pads"], a["dilations"]
+            self.kernel, self.image = tuple(w[2:]), tuple(x[1:])
+        else:
+            self.strides, self.dilations = (1,) + a["strides"], (1,) + a["dilations"]
+            self.pads = (0, a["pads"][0], 0, a["pads"][1])
+            self.kernel, self.image = (1, w[2]), (x[1], 1, x[2])
+        self.groups = a["groups"]
+        self.out_channels = node.shape.dims[1]
+        self.out_hw = (1,) + node.shape.dims[2:] if len(node.shape.dims) == 3 else node.shape.dims[2:]
+        self.dtype = node.shape.dtype
+
+    @property
+    def padded(self) -> tuple[int, int, int]:
+        """The padded image ``[C, H + pads, W + pads]`` the direct route reads."""
+        c, h, w = self.image
+        top, left, bottom, right = self.pads
+        return c, h + top + bottom, w + left + right
+
+    def columns(self) -> tuple[int, int]:
+        """The column matrix of one image and group ``[C/groups * kh * kw, Ho * Wo]``."""
+        return self.image[0] // self.groups * self.kernel[0] * self.kernel[1], self.out_hw[0] * self.out_hw[1]
+
+    def routes(self) -> list[str]:
+        if self.kernel == (1, 1) and self.strides == (1, 1) and not any(self.pads):
+            return ["pointwise"]
+        if self.groups != 1:
+            return ["nchw"]
+        routes = ["channels_last", "nchw"]
+        if self.strides == (1, 1) and self.kernel[0] * self.kernel[1] <= _DIRECT_MAX_TAPS:
+            routes.append("direct")
+        return routes
+
+    def key(self) -> str:
+        text = repr((self.image, self.kernel, self.strides, self.pads, self.dilations, self.groups,
+                     self.out_channels, self.dtype.name))
+        return "conv:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _needs_im2col(node: Node, graph: Graph) -> bool:
-    w = graph.shape_of(node.inputs[1]).dims
-    geometry = _as_2d(node)
-    return any(k != 1 for k in w[2:]) or any(s != 1 for s in geometry["strides"]) or any(geometry["pads"])
+def conv_route(node: Node, graph: Graph) -> str:
+    """The route computing ``node`` (see the module docstring)."""
+    geometry = _Geometry(node, graph)
+    routes = geometry.routes()
+    if len(routes) == 1:
+        return routes[0]
+    decided = _decisions.get(geometry.key())
+    if decided not in routes:
+        decided = _fastest_route(geometry, routes)
+        _decisions.set(geometry.key(), decided)
+    return decided
 
 
 def result_in_scratch(node: Node, graph: Graph) -> bool:
     """Whether ``conv_calls`` leaves the result in its scratch (channels last) rather
     than in ``out``."""
-    return node.shape.dtype in _FAST and _needs_im2col(node, graph) and node.attrs["groups"] == 1
+    return node.shape.dtype in _FAST and conv_route(node, graph) == "channels_last"
 
 
 def conv_scratch(node: Node, graph: Graph) -> list[Shape]:
-    """The column matrix of one image and group ``[C/groups * kh * kw, Ho * Wo]``, and
-    for channels-last matmuls the result ``[N, Ho * Wo, Co]``."""
-    if node.shape.dtype not in _FAST or not _needs_im2col(node, graph):
+    """The route's buffers: the column matrix of one image and group (+ for channels
+    last the result ``[N, Ho * Wo, Co]``), or the direct route's padded image."""
+    if node.shape.dtype not in _FAST:
         return []
-    w = graph.shape_of(node.inputs[1]).dims
-    n, co, positions = node.shape.dims[0], node.shape.dims[1], int(np.prod(node.shape.dims[2:]))
-    scratch = [Shape((int(np.prod(w[1:])), positions), node.shape.dtype)]
-    if result_in_scratch(node, graph):
-        scratch.append(Shape((n, positions, co), node.shape.dtype))
+    return _scratch_dims(_Geometry(node, graph), conv_route(node, graph), node.shape.dims[0])
+
+
+def _scratch_dims(geometry: _Geometry, route: str, batch: int) -> list[Shape]:
+    dtype = geometry.dtype
+    if route == "direct":
+        return [Shape(geometry.padded, dtype)] if any(geometry.pads) else []
+    if route == "pointwise":
+        return []
+    scratch = [Shape(geometry.columns(), dtype)]
+    if route == "channels_last":
+        scratch.append(Shape((batch, geometry.columns()[1], geometry.out_channels), dtype))
     return scratch
 
 
@@ -63,33 +130,38 @@ def _image_rows(a: np.ndarray) -> np.ndarray:
     return a if a.ndim == 4 else np.reshape(a, a.shape[:2] + (1,) + a.shape[2:], copy=False)
 
 
-def conv_calls(node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray | None, scratch: list[np.ndarray]
-               ) -> tuple[list[Call], np.ndarray]:
+def conv_calls(node: Node, graph: Graph, x: np.ndarray, w: np.ndarray, out: np.ndarray | None,
+               scratch: list[np.ndarray]) -> tuple[list[Call], np.ndarray]:
     """Calls computing ``conv(x, w)`` (no bias), and the array that then holds it: a
     view of the scratch (``result_in_scratch``) or ``out``."""
-    geometry = _as_2d(node)
-    groups = node.attrs["groups"]
-    x4, w4 = _image_rows(x), _image_rows(w)
-    n, co = node.shape.dims[:2]
-    out_h, out_w = (1,) + node.shape.dims[2:] if len(node.shape.dims) == 3 else node.shape.dims[2:]
-    positions = out_h * out_w
+    geometry = _Geometry(node, graph)
+    return _route_calls(geometry, conv_route(node, graph), _image_rows(x), _image_rows(w), out, scratch,
+                        node.shape.dims)
+
+
+def _route_calls(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray, out: np.ndarray | None,
+                 scratch: list[np.ndarray], dims: tuple[int, ...]) -> tuple[list[Call], np.ndarray]:
+    n, groups, co = x4.shape[0], geometry.groups, geometry.out_channels
+    positions = geometry.columns()[1]
+    out4 = _image_rows(out) if out is not None else None
+    if route == "direct":
+        return _direct_calls(geometry, x4, w4, out4, scratch), out
     weights = np.reshape(w4, (groups, co // groups, -1), copy=False)
     c_group = x4.shape[1] // groups
-    if not scratch:  # 1x1, unit strides, no padding
-        results = np.reshape(_image_rows(out), (n, groups, co // groups, positions), copy=False)
+    if route == "pointwise":
+        results = np.reshape(out4, (n, groups, co // groups, positions), copy=False)
         inputs = np.reshape(x4, (n, groups, c_group, positions), copy=False)
         return [Call(np.matmul, (weights[g], inputs[i, g]), {"out": results[i, g]})
                 for i in range(n) for g in range(groups)], out
     cols = scratch[0]
-    (sh, sw), (ph, pw, _, _), (dh, dw) = geometry["strides"], geometry["pads"], geometry["dilations"]
-    kh, kw = w4.shape[2:]
+    (sh, sw), (ph, pw, _, _), (dh, dw) = geometry.strides, geometry.pads, geometry.dilations
+    kh, kw = geometry.kernel
+    channels_last = route == "channels_last"
+    results = scratch[1] if channels_last else np.reshape(out4, (n, groups, co // groups, positions), copy=False)
     calls = []
-    channels_last = len(scratch) > 1
-    results = scratch[1] if channels_last else np.reshape(_image_rows(out), (n, groups, co // groups, positions),
-                                                          copy=False)
     for i in range(n):
         for g in range(groups):
-            args = (x4[i, g * c_group:(g + 1) * c_group], cols, kh, kw, sh, sw, ph, pw, dh, dw, out_w)
+            args = (x4[i, g * c_group:(g + 1) * c_group], cols, kh, kw, sh, sw, ph, pw, dh, dw, geometry.out_hw[1])
             calls.append(Call(specialize(library().im2col, *args), args))
             if channels_last:
                 calls.append(Call(np.matmul, (cols.T, weights[0].T), {"out": results[i]}))
@@ -97,7 +169,57 @@ def conv_calls(node: Node, x: np.ndarray, w: np.ndarray, out: np.ndarray | None,
                 calls.append(Call(np.matmul, (weights[g], cols), {"out": results[i, g]}))
     if not channels_last:
         return calls, out
-    return calls, np.reshape(results.transpose(0, 2, 1), node.shape.dims, copy=False)
+    return calls, np.reshape(results.transpose(0, 2, 1), dims, copy=False)
+
+
+def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray,
+                  scratch: list[np.ndarray]) -> list[Call]:
+    direct = generated_kernel(direct_conv_source(geometry.kernel, geometry.dilations))
+    top, left = geometry.pads[:2]
+    calls = []
+    for i in range(x4.shape[0]):
+        image = x4[i]
+        if scratch:
+            pad_args = (image, scratch[0], top, left)
+            calls.append(Call(specialize(library().pad2d, *pad_args), pad_args))
+            image = scratch[0]
+        args = (image, w4, out4[i])
+        calls.append(Call(specialize(direct, *args), args))
+    return calls
+
+
+def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
+    """Time every route on sample data of one image, each followed by its pass into an
+    NCHW output; BLAS on one thread."""
+    from ..threads import blas_threads
+    rng = np.random.default_rng(0)
+    dtype = geometry.dtype.np
+    x4 = rng.uniform(-1, 1, (1,) + geometry.image).astype(dtype)
+    w4 = rng.uniform(-1, 1, (geometry.out_channels, geometry.image[0] // geometry.groups) + geometry.kernel
+                     ).astype(dtype)
+    out = np.empty((1, geometry.out_channels) + geometry.out_hw, dtype)
+    ways = {}
+    for route in routes:
+        scratch = [np.empty(s.dims, dtype) for s in _scratch_dims(geometry, route, 1)]
+        calls, result = _route_calls(geometry, route, x4, w4, out, scratch, out.shape)
+        finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
+        ways[route] = _sequence(calls + [finish])
+    control = blas_threads()
+    if control is not None:
+        control.set(1)
+    try:
+        times = interleaved_times(ways, rounds=5)
+    finally:
+        if control is not None:
+            control.restore()
+    return min(routes, key=lambda r: float(np.median(times[r])))
+
+
+def _sequence(calls: list[Call]):
+    def run():
+        for c in calls:
+            c.fn(*c.args, **c.kwargs)
+    return run
 
 
 @kernel("conv", scratch=lambda step, graph: conv_scratch(step.node, graph))
@@ -106,7 +228,7 @@ def conv_step(b: Bound):
     if node.shape.dtype not in _FAST:
         return None
     out = b.outs[0]
-    calls, result = conv_calls(node, b.ins[0], b.ins[1], out, b.scratch)
+    calls, result = conv_calls(node, b.graph, b.ins[0], b.ins[1], out, b.scratch)
     if len(b.ins) > 2:
         bias = b.ins[2].reshape((-1,) + (1,) * (out.ndim - 2))
         calls.append(Call(np.add, (result, bias), {"out": out}))

@@ -245,7 +245,8 @@ def fused_step(b: Bound):
     if step.anchor is not None:
         target = _anchor_target(step, graph)
         out = scratch.pop(0) if target == "scratch" else (b.outs[target] if target is not None else None)
-        calls, anchor_result = _anchor_calls(step.anchor, [arrays[r] for r in step.anchor.inputs[:2]], out, scratch)
+        calls, anchor_result = _anchor_calls(step.anchor, graph, [arrays[r] for r in step.anchor.inputs[:2]], out,
+                                             scratch)
     fusion = _program(graph, step, arrays, anchor_result, b.outs)
     if step.norm is None:
         call = elementwise_call(fusion, step.domain)
@@ -259,14 +260,14 @@ def fused_step(b: Bound):
     return calls + ([call] if call is not None else [])
 
 
-def _anchor_calls(anchor: Node, ins: list[np.ndarray], out: np.ndarray | None, scratch: list[np.ndarray]
-                  ) -> tuple[list[Call], np.ndarray]:
+def _anchor_calls(anchor: Node, graph: Graph, ins: list[np.ndarray], out: np.ndarray | None,
+                  scratch: list[np.ndarray]) -> tuple[list[Call], np.ndarray]:
     """The anchor's calls and the array holding its result."""
     from .conv import conv_calls
     from .linalg import matmul_calls
     if anchor.kind == "matmul":
         return matmul_calls(ins[0], ins[1], out), out
-    return conv_calls(anchor, ins[0], ins[1], out, scratch)
+    return conv_calls(anchor, graph, ins[0], ins[1], out, scratch)
 
 
 # --- fused or not: measured -------------------------------------------------------------------

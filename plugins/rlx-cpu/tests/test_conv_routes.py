@@ -1,0 +1,60 @@
+"""Every convolution route computes what the reference does, on every conv conformance
+case where it applies (the route is normally chosen by measurement; here it is forced)."""
+import numpy as np
+import pytest
+
+from rlx_core import Graph, Session, evaluate
+from rlx_core.testing.cases import all_cases
+from rlx_core.testing.compare import assert_close
+from rlx_core.testing.suite import check_case
+
+from rlx_cpu.kernels import conv
+
+CASES = all_cases(["conv"])
+
+
+def _force(monkeypatch, route):
+    """Decide ``route`` wherever it is one of a geometry's routes (else the first route)."""
+    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: route if route in routes else routes[0])
+    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
+    monkeypatch.setattr(conv._decisions, "set", lambda key, value: None)
+
+
+@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct"])
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_route_matches_the_reference(monkeypatch, route, case):
+    _force(monkeypatch, route)
+    check_case(Session("cpu"), case)
+
+
+@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct"])
+def test_fused_conv_bias_relu_on_every_route(monkeypatch, route):
+    _force(monkeypatch, route)
+    g = Graph("conv_relu")
+    x = g.input("x", (2, 3, 9, 7))
+    w = g.param("w", (5, 3, 3, 2))
+    b = g.param("b", (5,))
+    g.set_outputs([g.relu(g.conv(x, w, b, pads=(1, 0, 2, 1), dilations=(1, 2)))])
+    rng = np.random.default_rng(0)
+    params = {"w": rng.standard_normal((5, 3, 3, 2)).astype(np.float32),
+              "b": rng.standard_normal(5).astype(np.float32)}
+    inputs = {"x": rng.standard_normal((2, 3, 9, 7)).astype(np.float32)}
+    compiled = Session("cpu").compile(g)
+    compiled.set_params(params)
+    assert conv.conv_route(g.nodes[-2], g) == route
+    for _ in range(2):
+        assert_close(compiled.run(inputs)[0], evaluate(g, inputs, params)[0], "f32")
+
+
+def test_routes_are_measured_once_and_stored(monkeypatch):
+    stored = {}
+    monkeypatch.setattr(conv._decisions, "get", stored.get)
+    monkeypatch.setattr(conv._decisions, "set", stored.__setitem__)
+    g = Graph("conv")
+    x = g.input("x", (1, 3, 16, 16))
+    g.set_outputs([g.conv(x, g.param("w", (4, 3, 3, 3)), pads=(1, 1, 1, 1))])
+    node = g.nodes[-1]
+    route = conv.conv_route(node, g)
+    assert list(stored.values()) == [route] and route in ("channels_last", "nchw", "direct")
+    monkeypatch.setattr(conv, "_fastest_route", lambda *_: pytest.fail("measured twice"))
+    assert conv.conv_route(node, g) == route
