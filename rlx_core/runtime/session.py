@@ -101,6 +101,7 @@ class CompiledGraph:
         self._unset_params: set[str] = set(self._params)
         # name -> (dims, numpy dtype): an input matching it exactly takes the fast path in run
         self._input_specs = {name: (tuple(n.attrs["dims"]), n.attrs["dtype"].np) for name, n in self._inputs.items()}
+        self._device_arrays = "dlpack" in executable.capabilities  # takes DLPack arrays as they are
         self._staged: dict[str, Any] = {}
         self._rng = options.rng
         self._lock = threading.Lock()
@@ -131,7 +132,7 @@ class CompiledGraph:
     # --- params -------------------------------------------------------------------------
     def set_param(self, name: str, value: Any) -> None:
         node = self._lookup(self._params, name, "param", ParamError)
-        arr = check_value(node, value, ParamError, "param", self._accepts_device_arrays())
+        arr = check_value(node, value, ParamError, "param", self._device_arrays)
         self.executable.set_param(name, arr)
         self._unset_params.discard(name)
 
@@ -148,7 +149,7 @@ class CompiledGraph:
     def set_input(self, name: str, value: Any) -> None:
         """Stage an input for the next ``run`` (inputs given to ``run`` take precedence)."""
         node = self._lookup(self._inputs, name, "input", InputError)
-        self._staged[name] = check_value(node, value, InputError, "input", self._accepts_device_arrays())
+        self._staged[name] = check_value(node, value, InputError, "input", self._device_arrays)
 
     def run(self, inputs: "Mapping[str, Any] | Iterable[tuple[str, Any]] | None" = None, *,
             out: Sequence[np.ndarray] | None = None) -> Outputs:
@@ -160,13 +161,17 @@ class CompiledGraph:
         specs = self._input_specs
         for name, value in given.items():
             spec = specs.get(name)
-            # Fast path: exactly the declared dims and dtype, C-contiguous (checked once here).
-            if spec is not None and type(value) is np.ndarray and value.shape == spec[0] \
-                    and value.dtype == spec[1] and value.flags.c_contiguous:
+            # Fast path: exactly the declared dims and numpy dtype, and a C-contiguous numpy
+            # array or a device array for a backend that takes them (JAX and CuPy arrays
+            # carry numpy dtypes); anything else is checked and converted by check_value.
+            if spec is not None and type(getattr(value, "dtype", None)) is type(spec[1]) \
+                    and value.dtype == spec[1] and value.shape == spec[0] \
+                    and (value.flags.c_contiguous if type(value) is np.ndarray
+                         else self._device_arrays and hasattr(value, "__dlpack__")):
                 feeds[name] = value
                 continue
             node = self._lookup(self._inputs, name, "input", InputError)
-            feeds[name] = check_value(node, value, InputError, "input", self._accepts_device_arrays())
+            feeds[name] = check_value(node, value, InputError, "input", self._device_arrays)
         if len(feeds) != len(specs):
             missing = [n for n in self._inputs if n not in feeds]
             raise InputError(f"missing input(s) {missing} for graph '{self.graph.name}'; expected "
@@ -201,9 +206,6 @@ class CompiledGraph:
         self.executable.set_rng(rng)
 
     # --- helpers --------------------------------------------------------------------------
-    def _accepts_device_arrays(self) -> bool:
-        return "dlpack" in self.executable.capabilities
-
     def _lookup(self, table: dict[str, Node], name: str, what: str, err: type) -> Node:
         try:
             return table[name]
