@@ -417,19 +417,16 @@ _FLASH = Template(r"""
 
 
 @dataclass
-class FlashAttentionKernel:
-    """Flash attention on tensor cores (f16 / bf16, ``flash_supports``); see the module
-    docstring. Launch ``grid`` blocks of ``ATTENTION_BLOCK`` threads with arguments
-    (q, k, v, mask, out, partials)."""
+class _TiledAttention:
+    """What the attention kernels share: blocks of ``block_rows`` query rows per head,
+    each reading the keys in tiles of ``keys``, the keys split ``splits`` ways."""
 
     problem: AttentionProblem
     splits: int = 1
 
-    keys = FLASH_TILE
-
     @property
     def row_tiles(self) -> int:
-        return -(-self.problem.rows // FLASH_TILE)
+        return -(-self.problem.rows // self.block_rows)
 
     @property
     def grid(self) -> int:
@@ -438,6 +435,16 @@ class FlashAttentionKernel:
     @property
     def key_tiles(self) -> int:
         return -(-self.problem.sk // self.keys)
+
+
+@dataclass
+class FlashAttentionKernel(_TiledAttention):
+    """Flash attention on tensor cores (f16 / bf16, ``flash_supports``); see the module
+    docstring. Launch ``grid`` blocks of ``ATTENTION_BLOCK`` threads with arguments
+    (q, k, v, mask, out, partials)."""
+
+    block_rows = FLASH_TILE
+    keys = FLASH_TILE
 
     def source(self) -> str:
         p = self.problem
@@ -564,12 +571,9 @@ _DECODE = Template(r"""
 
 
 @dataclass
-class DecodeAttentionKernel:
+class DecodeAttentionKernel(_TiledAttention):
     """Attention on CUDA cores for few query rows per KV head (``decode_tile_keys`` says
     whether a block's shared memory fits); see the module docstring."""
-
-    problem: AttentionProblem
-    splits: int = 1
 
     @property
     def block_rows(self) -> int:
@@ -579,18 +583,6 @@ class DecodeAttentionKernel:
     def keys(self) -> int:
         p = self.problem
         return decode_tile_keys(p.dtype, self.block_rows, p.d, p.dv)
-
-    @property
-    def row_tiles(self) -> int:
-        return -(-self.problem.rows // self.block_rows)
-
-    @property
-    def grid(self) -> int:
-        return self.problem.heads * self.row_tiles * self.splits
-
-    @property
-    def key_tiles(self) -> int:
-        return -(-self.problem.sk // self.keys)
 
     def source(self) -> str:
         p = self.problem
