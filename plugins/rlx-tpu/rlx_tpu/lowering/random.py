@@ -111,14 +111,15 @@ def _f32_affine(offset: float, factor: float, x, exact: bool):
     uniform draw. With ``exact`` (platforms with f64) the product is formed in f64,
     where it is exact, and rounded to f32 precision by integer operations on its bits,
     which no compiler merges with the float arithmetic around them; the f64 sum
-    rounded to f32 is then the f32 sum (53 >= 2*24 + 2 bits make that double rounding
-    harmless).
+    rounded to f32 the same way is then the f32 sum (53 >= 2*24 + 2 bits make that
+    double rounding harmless). The sum is rounded by bits too: XLA:GPU drops an
+    f64 -> f32 conversion whose result is widened back to f64 (a draw of dtype f64).
     """
     offset, factor = np.float32(offset), np.float32(factor)
     if not exact:
         return offset + x * factor
     product = _round_to_f32(x.astype(np.float64) * np.float64(factor))
-    return (np.float64(offset) + product).astype(np.float32)
+    return _round_to_f32(np.float64(offset) + product).astype(np.float32)
 
 
 def _round_to_f32(x):
