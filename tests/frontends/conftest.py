@@ -9,7 +9,7 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import helper  # noqa: E402
 
 from rlx_core import CompileOptions, RngOptions, Session  # noqa: E402
 from rlx_core.frontends.onnx import load_onnx  # noqa: E402
