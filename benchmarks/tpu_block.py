@@ -24,8 +24,9 @@ Timings alternate between the models: ``--repeats`` rounds after a warm-up, each
 calling every model once in a shuffled order. "device" timings keep inputs and outputs
 on the device (RLX's ``outputs="jax"``); "host" timings, a phase of their own, pass a
 numpy input and read back a numpy output (interleaved with them, RLX's device-array
-calls on XLA:GPU took about 10% longer: both of its paths run one shared XLA program,
-while ``jax.jit`` keeps separate executables for numpy and device arguments). Both wait
+calls on XLA:GPU took 10-16% longer than jax.jit's; RLX runs both paths on one XLA
+program where ``jax.jit`` keeps one executable per kind of argument, and separate
+programs halved that gap in one trial -- the cause is not pinned down). Both wait
 for each call's result, so the host's time to launch the program (a Python call into
 PJRT) adds to the device's. "pipelined" timings queue
 ``PIPELINE_DEPTH`` device-array calls back to back and wait for the last: the time per
