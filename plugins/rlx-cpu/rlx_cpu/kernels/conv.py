@@ -37,6 +37,7 @@ __all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROU
 _FAST = frozenset({DType.F32, DType.F64})
 ROUTES = ("pointwise", "channels_last", "nchw", "direct")
 _DIRECT_MAX_TAPS = 49  # the direct kernel writes every tap out: keep its code small
+_DIRECT_BLOCK_TAPS = 25  # up to this many taps, two output channels share each input load
 _decisions = Decisions()
 
 
@@ -174,7 +175,9 @@ def _route_calls(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray
 
 def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray,
                   scratch: list[np.ndarray]) -> list[Call]:
-    direct = generated_kernel(direct_conv_source(geometry.kernel, geometry.dilations))
+    taps = geometry.kernel[0] * geometry.kernel[1]
+    block = 2 if geometry.out_channels % 2 == 0 and taps <= _DIRECT_BLOCK_TAPS else 1
+    direct = generated_kernel(direct_conv_source(geometry.kernel, geometry.dilations, block))
     top, left = geometry.pads[:2]
     calls = []
     for i in range(x4.shape[0]):
