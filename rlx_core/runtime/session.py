@@ -166,7 +166,7 @@ class CompiledGraph:
             # carry numpy dtypes); anything else is checked and converted by check_value.
             if spec is not None and type(getattr(value, "dtype", None)) is type(spec[1]) \
                     and value.dtype == spec[1] and value.shape == spec[0] \
-                    and (value.flags.c_contiguous if type(value) is np.ndarray
+                    and (value.flags.c_contiguous if isinstance(value, np.ndarray)
                          else self._device_arrays and hasattr(value, "__dlpack__")):
                 feeds[name] = value
                 continue

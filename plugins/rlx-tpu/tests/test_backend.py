@@ -185,6 +185,20 @@ def test_inputs_from_dlpack_producers():
         compiled.run({"x": torch.from_numpy(X.astype(np.float64))})
 
 
+def test_jax_arrays_and_numpy_views_take_the_checked_paths():
+    compiled = Session("tpu").compile(_dense())
+    compiled.set_params(_params())
+    want = _want(_params())
+    assert_close(compiled.run({"x": jax.numpy.asarray(X)})[0], want, "f32")  # the fast path
+    strided = np.zeros((2, 6), np.float32).view(np.recarray)[:, ::2]  # a numpy subclass, strided
+    strided[...] = X
+    assert_close(compiled.run({"x": strided})[0], want, "f32")
+    with pytest.raises(InputError, match="expected dtype f32, got i32"):
+        compiled.run({"x": jax.numpy.asarray(X.astype(np.int32))})
+    with pytest.raises(InputError, match=r"expected dims \[2, 3\], got \[3, 2\]"):
+        compiled.run({"x": jax.numpy.asarray(X.T)})
+
+
 def test_concurrent_runs_agree():
     compiled = Session("tpu").compile(_dense())
     compiled.set_params(_params())
