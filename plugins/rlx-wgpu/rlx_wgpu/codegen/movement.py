@@ -130,28 +130,31 @@ def gather_elements(k: KernelContext) -> None:
 @generator("concat")
 def concat(k: KernelContext) -> None:
     """One dispatch per input, each copying it into its slice of the output."""
-    out, axis = k.outs[0], k.attrs["axis"]
-    t, units = element_unit(k, out.dtype)
-    out_st, offset = strides(out.dims), 0
-    for i, x in enumerate(k.ins):
-        c = unravel("i", x.dims)
-        c[axis] = f"({c[axis]} + {u32(offset)})"
-        _mover(k, x.size, [("src", t), ("out", t)], [k.input(i), k.output()],
-               [f"let d = {ravel(c, out_st)};"], _copy("out", "d", "src", "i", units))
-        offset += x.dims[axis]
+    _slab_copies(k, k.outs[0], k.ins, into_whole=True)
 
 
 @generator("split")
 def split(k: KernelContext) -> None:
     """One dispatch per output, each copying its slice of the input."""
-    x, axis = k.ins[0], k.attrs["axis"]
-    t, units = element_unit(k, x.dtype)
-    in_st, offset = strides(x.dims), 0
-    for j, part in enumerate(k.outs):
+    _slab_copies(k, k.ins[0], k.outs, into_whole=False)
+
+
+def _slab_copies(k: KernelContext, whole, parts, into_whole: bool) -> None:
+    """Copies between ``whole`` and its consecutive slices ``parts`` along ``axis``, one
+    dispatch per part: into the whole (concat) or out of it (split)."""
+    axis = k.attrs["axis"]
+    t, units = element_unit(k, whole.dtype)
+    whole_st, offset = strides(whole.dims), 0
+    for i, part in enumerate(parts):
         c = unravel("i", part.dims)
         c[axis] = f"({c[axis]} + {u32(offset)})"
-        _mover(k, part.size, [("src", t), ("out", t)], [k.input(0), k.output(j)],
-               [f"let s = {ravel(c, in_st)};"], _copy("out", "i", "src", "s", units))
+        pre = [f"let w = {ravel(c, whole_st)};"]
+        if into_whole:
+            _mover(k, part.size, [("src", t), ("out", t)], [k.input(i), k.output()], pre,
+                   _copy("out", "w", "src", "i", units))
+        else:
+            _mover(k, part.size, [("src", t), ("out", t)], [k.input(0), k.output(i)], pre,
+                   _copy("out", "i", "src", "w", units))
         offset += part.dims[axis]
 
 
