@@ -3,7 +3,7 @@
 Values whose lifetimes do not overlap share bytes. Lifetimes are step intervals
 ``[defined, last used]``; graph inputs are defined before the first step and graph
 outputs live to the end. Steps may also ask for *scratch* (temporaries that live only
-during the step). Placement is greedy by size (largest first, each at the lowest
+during the step). Placement (``rlx_core.runtime.arena.place``) is greedy by size (largest first, each at the lowest
 aligned offset that does not collide with an already placed value whose lifetime
 overlaps), which is near-optimal for the chains and diamonds neural networks are
 made of.
@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from rlx_core import Graph, Node, Ref
+from rlx_core.runtime.arena import Placement, place
 
 from .schedule import FUSED, Step
 
@@ -42,14 +43,6 @@ class Scratch:
 
     step: int
     index: int
-
-
-@dataclass(frozen=True)
-class Placement:
-    offset: int
-    nbytes: int
-    first: int  # step that defines the value (-1: before the first step, i.e. an input)
-    last: int   # last step that reads it (len(steps): a graph output)
 
 
 @dataclass
@@ -182,22 +175,7 @@ def plan_memory(graph: Graph, steps: list[Step], scratch: list[list], alignment:
         if base.node not in persistent:
             last[base] = len(steps)
 
-    order = sorted(first, key=lambda k: (-sizes[k], first[k], str(k)))
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end_offset, first, last)
-    placements: dict[Ref | Scratch, Placement] = {}
-    for key in order:
-        start, stop = first[key], last.get(key, first[key])
-        size = _round_up(max(sizes[key], 1), alignment)
-        offset = 0
-        for off, off_end, _, _ in sorted(p for p in placed if not (p[3] < start or stop < p[2])):
-            if offset + size <= off:
-                break
-            offset = max(offset, off_end)
-        placed.append((offset, offset + size, start, stop))
-        placements[key] = Placement(offset, sizes[key], start, stop)
-    total = max((p[1] for p in placed), default=0)
+    placements, total = place({k: (first[k], last.get(k, first[k]), sizes[k]) for k in first}, alignment)
     return MemoryPlan(placements, views, steps, [sc for _, sc in kept], total, alignment)
 
 
-def _round_up(n: int, a: int) -> int:
-    return (n + a - 1) // a * a

@@ -2,7 +2,7 @@
 
 Lifetimes are step intervals ``[written, last read]`` (graph inputs are written before
 the first step, graph outputs live to the end); a step's scratch lives during that
-step only. Values whose lifetimes do not overlap share bytes. Placement is greedy,
+step only. Values whose lifetimes do not overlap share bytes. Placement (``rlx_core.runtime.arena.place``) is greedy,
 largest first, each at the lowest aligned offset free for its whole lifetime.
 
 Params, constants and ``arange`` live in persistent buffers of their own (uploaded
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlx_core.ir import Graph, Ref
+from rlx_core.runtime.arena import Placement, place
 
 from .lower import PERSISTENT_KINDS
 from .steps import Step
@@ -21,14 +22,6 @@ from .steps import Step
 __all__ = ["Placement", "MemoryPlan", "plan_memory", "ARENA_ALIGN"]
 
 ARENA_ALIGN = 256
-
-
-@dataclass(frozen=True)
-class Placement:
-    offset: int
-    nbytes: int
-    first: int
-    last: int
 
 
 @dataclass
@@ -65,20 +58,10 @@ def plan_memory(graph: Graph, steps: list[Step], aliases: dict[Ref, Ref],
             first.setdefault(r, i)
     for r in graph.outputs:
         last[root(r)] = len(steps)
-    items = [(("value", r), start, last.get(r, start), graph.shape_of(r).nbytes)
-             for r, start in first.items() if r not in fixed]
-    items += [(("scratch", i), i, i, s.scratch) for i, s in enumerate(steps) if s.scratch]
-    items.sort(key=lambda t: (-t[3], t[1], str(t[0])))
-    placed: list[tuple[int, int, int, int]] = []
-    values, scratch = {}, {}
-    for key, start, stop, nbytes in items:
-        size = -(-max(nbytes, 1) // alignment) * alignment
-        offset = 0
-        for lo, hi, f, l in sorted(p for p in placed if not (p[3] < start or stop < p[2])):
-            if offset + size <= lo:
-                break
-            offset = max(offset, hi)
-        placed.append((offset, offset + size, start, stop))
-        place = Placement(offset, nbytes, start, stop)
-        (values if key[0] == "value" else scratch)[key[1]] = place
-    return MemoryPlan(values, scratch, aliases, persistent, max((p[1] for p in placed), default=0))
+    buffers = {("value", r): (start, last.get(r, start), graph.shape_of(r).nbytes)
+               for r, start in first.items() if r not in fixed}
+    buffers.update({("scratch", i): (i, i, s.scratch) for i, s in enumerate(steps) if s.scratch})
+    placements, size = place(buffers, alignment)
+    values = {key[1]: p for key, p in placements.items() if key[0] == "value"}
+    scratch = {key[1]: p for key, p in placements.items() if key[0] == "scratch"}
+    return MemoryPlan(values, scratch, aliases, persistent, size)
