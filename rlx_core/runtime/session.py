@@ -12,7 +12,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputError, ParamError, RlxError
+from ..errors import DeviceUnavailableError, InputError, ParamError, RlxError
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.node import Node
@@ -47,15 +47,20 @@ class Outputs(list):
 
 
 class Session:
-    """Compiles graphs for one device: ``Session("cpu")``, ``Session(Device.CUDA, precision="amp-bf16")``."""
+    """Compiles graphs for one device: ``Session("cpu")``, ``Session(Device.CUDA, precision="amp-bf16")``.
+
+    ``backend="<name>"`` pins the backend when several plugins serve the device (by
+    default the registry's choice: ``RLX_BACKEND_<DEVICE>``, else the highest priority).
+    """
 
     def __init__(self, device: "Device | str" = Device.CPU, precision: "PrecisionPolicy | str | None" = None,
-                 options: CompileOptions | None = None):
+                 options: CompileOptions | None = None, *, backend: str | None = None):
         self.device = parse_device(device)
         self.options = options or CompileOptions()
         if precision is not None:
             self.options = self.options.with_(precision=PrecisionPolicy.of(precision))
-        self.backend: Backend = registry().backend(self.device)
+        self.backend: Backend = registry().backend(self.device) if backend is None \
+            else _named_backend(self.device, backend)
 
     @property
     def precision(self) -> PrecisionPolicy:
@@ -66,6 +71,20 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.device}, backend={self.backend.name}, precision={self.precision.value})"
+
+
+def _named_backend(device: Device, name: str) -> Backend:
+    """The backend called ``name`` serving ``device``, or DeviceUnavailableError saying why not."""
+    entries = registry().entries.get(device.label, [])
+    entry = next((e for e in entries if e.name == name), None)
+    if entry is None:
+        raise DeviceUnavailableError(f"no backend named '{name}' serves device '{device.label}'; backends "
+                                     f"serving it: {', '.join(e.name for e in entries) or 'none'}")
+    avail = entry.availability()
+    if not avail.ok:
+        raise DeviceUnavailableError(f"device '{device.label}' (backend '{name}') is not available: "
+                                     f"{avail.reason}")
+    return entry.get()
 
 
 def compile_graph(backend: Backend, graph: Graph, options: CompileOptions, device: Device | None = None
