@@ -20,14 +20,27 @@ from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
 from .ir import Attr, DType, Graph, Node, Ref, Shape, Value, promote
 from .reference import evaluate
-from .hw import GpuThermal, HwSnapshot
 from .rng import Philox, RngOptions
 from .runtime import (Availability, Backend, BackendFactory, CompileCache, CompiledGraph, CompileOptions,
                       Device, ExecutableGraph, Outputs, PrecisionPolicy, Session, device_label, hookimpl,
                       parse_device, register_backends, register_device, registry)
-from .select import (BackendsManifest, DeviceBenchResult, DeviceCandidate, DevicePolicy, DeviceRouter,
-                     FlexibleSession, GraphDevices, available_devices, backends_manifest, benchmark_devices,
-                     device_report, devices_for, fastest_device_for, resolve_device)
+
+# Device selection and hardware telemetry load on first use: ``import rlx_core`` stays
+# cheap for programs that compile for a named device (and for pytest's plugin loading).
+_LAZY = {name: "select" for name in (
+    "BackendsManifest", "DeviceBenchResult", "DeviceCandidate", "DevicePolicy", "DeviceRouter", "FlexibleSession",
+    "GraphDevices", "available_devices", "backends_manifest", "benchmark_devices", "device_report", "devices_for",
+    "fastest_device_for", "resolve_device")} | {"GpuThermal": "hw", "HwSnapshot": "hw"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 

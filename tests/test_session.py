@@ -1,4 +1,5 @@
 """Session / CompiledGraph: the user-facing contract and its errors, on the CPU backend."""
+import array
 import threading
 
 import ml_dtypes
@@ -62,6 +63,33 @@ def test_param_errors_are_precise(compiled):
     fresh = Session("cpu").compile(_graph())
     with pytest.raises(ParamError, match=r"never set; call set_param"):
         fresh.run({"x": np.zeros((2, 3), np.float32)})
+
+
+def test_seed_quickstart_with_flat_buffers():
+    """The seed's quickstart, transliterated: a [4, 2] param and a [1, 4] input given as
+    flat buffers of exactly the declared element count, read in C order."""
+    g = Graph("hello")
+    x = g.input("x", Shape((1, 4), "f32"))
+    w = g.param("w", Shape((4, 2), "f32"))
+    g.set_outputs([g.matmul(x, w, Shape((1, 2), "f32"))])
+    c = Session("cpu").compile(g)
+    c.set_param("w", np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0], np.float32))
+    np.testing.assert_array_equal(c.run([("x", [1.0, 2.0, 3.0, 4.0])])[0], [[4, 6]])
+    c.set_param("w", [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
+    for flat in (array.array("f", [1, 2, 3, 4]), memoryview(np.array([1, 2, 3, 4], np.float32)),
+                 np.array([1, 2, 3, 4], np.float32)):
+        np.testing.assert_array_equal(c.run({"x": flat})[0], [[4, 6]])
+
+
+def test_flat_buffers_must_match_count_and_dtype(compiled):
+    with pytest.raises(InputError, match=r"expected dims \[2, 3\], got \[5\] \(a flat buffer must hold exactly 6"):
+        compiled.run({"x": np.zeros(5, np.float32)})
+    with pytest.raises(InputError, match=r"expected dims \[2, 3\], got \[6, 1\]"):
+        compiled.run({"x": np.zeros((6, 1), np.float32)})
+    with pytest.raises(InputError, match="expected dtype f32, got f64"):  # a typed buffer is never cast
+        compiled.run({"x": array.array("d", range(6))})
+    with pytest.raises(ParamError, match=r"expected dims \[3\], got \[6\]"):
+        compiled.set_param("b", [0.0] * 6)
 
 
 def test_lists_are_converted_to_the_declared_dtype(compiled):

@@ -16,8 +16,8 @@ equal dtypes because the builder inserts explicit casts):
 from __future__ import annotations
 
 import enum
+import sys
 
-import ml_dtypes
 import numpy as np
 
 from ..errors import DTypeError
@@ -47,11 +47,11 @@ class DType(enum.Enum):
 
     @property
     def np(self) -> np.dtype:
-        return _NP[self]
+        return _NP[self] if self is not DType.BF16 else _bfloat16()
 
     @property
     def itemsize(self) -> int:
-        return _NP[self].itemsize
+        return self.np.itemsize
 
     @property
     def is_float(self) -> bool:
@@ -110,13 +110,21 @@ class DType(enum.Enum):
             npd = None
         if npd is not None and npd in _FROM_NP:
             return _FROM_NP[npd]
+        if npd is not None and "ml_dtypes" in sys.modules and npd == _bfloat16():
+            return DType.BF16  # a bfloat16 array exists only once ml_dtypes is imported
         raise DTypeError(
             f"unknown dtype {x!r}; expected one of {', '.join(d.value for d in DType)}")
 
 
+def _bfloat16() -> np.dtype:
+    """numpy's bfloat16 from ml_dtypes, imported on first use: the import costs ~0.4 s
+    and most programs never touch bfloat16."""
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)
+
+
 _NP = {
-    DType.F32: np.dtype(np.float32), DType.F16: np.dtype(np.float16),
-    DType.BF16: np.dtype(ml_dtypes.bfloat16), DType.F64: np.dtype(np.float64),
+    DType.F32: np.dtype(np.float32), DType.F16: np.dtype(np.float16), DType.F64: np.dtype(np.float64),
     DType.I8: np.dtype(np.int8), DType.I16: np.dtype(np.int16),
     DType.I32: np.dtype(np.int32), DType.I64: np.dtype(np.int64),
     DType.U8: np.dtype(np.uint8), DType.U32: np.dtype(np.uint32),

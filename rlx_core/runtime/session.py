@@ -7,6 +7,7 @@ names the culprit instead of a failure deep inside a kernel.
 """
 from __future__ import annotations
 
+import array
 import threading
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -103,9 +104,12 @@ def compile_graph(backend: Backend, graph: Graph, options: CompileOptions, devic
 class CompiledGraph:
     """A graph compiled for one device: set params, run, read outputs.
 
-    Inputs and params must have exactly the declared dims and dtype (a wrong dtype is
-    an error, not a silent cast: convert with ``.astype``). Python lists and scalars
-    are converted to the declared dtype. Params keep their values across runs.
+    Inputs and params must have the declared dtype (a wrong dtype is an error, not a
+    silent cast: convert with ``.astype``) and either the declared dims or, as in the
+    original's flat slices, one dimension holding exactly the declared number of
+    elements (read in C order). Python lists and scalars are converted to the declared
+    dtype; ``array.array``, memoryviews and tensors keep their own element type. Params
+    keep their values across runs.
     """
 
     def __init__(self, graph: Graph, executable: ExecutableGraph, device: Device, backend: str,
@@ -250,27 +254,38 @@ def check_value(node: Node, value: Any, err: type, what: str, device_arrays: boo
     name, dims, dtype = node.attrs["name"], tuple(node.attrs["dims"]), node.attrs["dtype"]
     if device_arrays and not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__"):
         arr = value  # a device array for a DLPack-capable backend: checked by attributes only
-        got_dt = _dtype_of(arr)
-    else:
-        if not isinstance(value, np.ndarray):
-            if hasattr(value, "__dlpack__") or hasattr(value, "__array__"):
-                value = np.asarray(value)  # e.g. a torch CPU tensor
-            else:
-                try:
-                    value = np.asarray(value, dtype=dtype.np)
-                except (TypeError, ValueError) as e:
-                    raise err(f"{what} '{name}': cannot convert {type(value).__name__} to "
-                              f"{dtype}: {e}") from None
+    elif isinstance(value, np.ndarray):
         arr = value
-        got_dt = _dtype_of(arr)
+    elif hasattr(value, "__dlpack__") or hasattr(value, "__array__") or isinstance(value, (memoryview, array.array)):
+        arr = _host_array(value, name, what, err)  # a torch CPU tensor, array.array, memoryview: typed
+    else:
+        try:  # a list or scalar takes the declared dtype
+            arr = np.asarray(value, dtype=dtype.np)
+        except (TypeError, ValueError) as e:
+            raise err(f"{what} '{name}': cannot convert {type(value).__name__} to {dtype}: {e}") from None
+    got_dt = _dtype_of(arr)
     if tuple(arr.shape) != dims:
-        raise err(f"{what} '{name}': expected dims {list(dims)}, got {list(arr.shape)}")
+        count = int(np.prod(dims, dtype=np.int64))
+        if len(arr.shape) == 1 and arr.shape[0] == count:
+            arr = arr.reshape(dims)  # a flat buffer of the declared element count, read in C order
+        else:
+            flat = f" (a flat buffer must hold exactly {count} elements)" if len(arr.shape) == 1 else ""
+            raise err(f"{what} '{name}': expected dims {list(dims)}, got {list(arr.shape)}{flat}")
     if got_dt is not dtype:
         raise err(f"{what} '{name}': expected dtype {dtype}, got {got_dt or getattr(arr, 'dtype', '?')}"
                   f" (convert with .astype({dtype.np.name!r}))")
     if isinstance(arr, np.ndarray) and not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)  # (not for 0-d arrays: that would make them 1-d)
     return arr
+
+
+def _host_array(value: Any, name: str, what: str, err: type) -> np.ndarray:
+    """A buffer-protocol or array-like object as numpy, keeping its own element type (a
+    float64 ``array.array`` given for an f32 param is a dtype error, never a silent cast)."""
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as e:
+        raise err(f"{what} '{name}': cannot read {type(value).__name__} as an array: {e}") from None
 
 
 def _dtype_of(arr) -> DType | None:
