@@ -20,8 +20,10 @@ def _setup_devices(p):
     p.add_argument("--json", action="store_true", help="print the manifest and the report as JSON")
     p.add_argument("--graph", default=None,
                    help="check this graph too: a workload (see `rlx bench --list`) or a graph .json file")
-    p.add_argument("--probe", choices=("cheap", "full"), default="cheap",
-                   help="availability probe: cheap (default; imports no backend library) or full")
+    p.add_argument("--probe", choices=("cheap", "full"), default="full",
+                   help="availability probe: full (default; asks each installed backend's driver, so "
+                        "'available yes' means is_available() passed) or cheap (imports no backend library; "
+                        "a device whose cheap probe passes shows 'maybe')")
     p.add_argument("--all", action="store_true", help="also list devices no installed plugin serves")
 
 
@@ -32,36 +34,60 @@ def cmd_devices(args) -> int:
     policy = DevicePolicy.from_env()
     graph = _load_graph(args.graph) if args.graph else None
     manifest = BackendsManifest.current()
+    if not args.json:  # first, so that they show even if the report below raises (a bad RLX_* value)
+        print(f"rlx-core {manifest.core_version} (python {manifest.python}, {manifest.platform}, plugin API "
+              f"{manifest.plugin_api}); policy: {policy.describe()}")
+        _print_plugins(manifest)
     rows = device_report(graph, policy, probe=args.probe)
+    cheap = args.probe == "cheap"
     if args.json:
-        print(json.dumps({"manifest": manifest.to_dict(), "policy": policy.describe(),
-                          "report": [_candidate_dict(r) for r in rows]}, indent=2))
+        print(json.dumps({"manifest": manifest.to_dict(), "policy": policy.describe(), "probe": args.probe,
+                          "report": [_candidate_dict(r, cheap) for r in rows]}, indent=2))
         return 0
-    print(f"rlx-core {manifest.core_version} (python {manifest.python}, {manifest.platform}); "
-          f"policy: {policy.describe()}")
-    _print_plugins(manifest)
-    _print_report(rows, args.all)
+    _print_report(rows, args.all, cheap)
     return 0
 
 
 def _print_plugins(manifest) -> None:
+    from .runtime.registry import install_hint
     print("plugins:")
     for p in manifest.plugins:
         served = ", ".join(sorted({b.device for b in p.backends})) or "-"
         dist = f"{p.distribution} {p.version}" if p.distribution else p.origin
-        print(f"  {p.name:<10} {dist:<20} {p.status:<8} serves {served}" + (f"  ({p.error})" if p.error else ""))
+        api = "-" if p.api is None else str(p.api)
+        print(f"  {p.name:<10} {dist:<20} {p.status:<8} api {api:<2} serves {served}"
+              + (f"  ({p.error})" if p.error else "") + (f"  [{p.note}]" if p.note else ""))
     if not manifest.plugins:
-        print("  none installed: pip install rlx-core[cpu]")
+        print(f"  none installed: {install_hint('cpu')}")
+    if manifest.warnings:
+        print("\nwarnings (RLX_* plugin variables):")
+        for w in manifest.warnings:
+            print(f"  {w}")
 
 
-def _print_report(rows, show_all: bool) -> None:
-    shown = [r for r in rows if r.registered or show_all]
+def _print_report(rows, show_all: bool, cheap: bool = False) -> None:
+    from .runtime.registry import registry
+    reg = registry()
+    # A device whose installed plugin failed to load is listed (with the error), not hidden.
+    unloaded = {r.label: reg.unloaded_plugin_for(r.label) for r in rows if not r.registered}
+    failed = {label for label, rec in unloaded.items() if rec is not None and rec.status == "failed"}
+    shown = [r for r in rows if r.registered or show_all or r.label in failed]
+
+    def blocker_word(r) -> str:
+        rec = unloaded.get(r.label)
+        if rec is not None:
+            return "plugin failed" if rec.status == "failed" else "plugin not loaded"
+        return _BLOCKER_WORDS.get(r.blocker_kind, "-")
+
     print("\n" + format_table(
         ["device", "backend", "available", "blocker", "supports graph", "est. run", "figures", "pick",
          "capabilities"],
-        [(r.label, r.backend or "-", _yes(r.available), _BLOCKER_WORDS.get(r.blocker_kind, "-"),
+        [(r.label, r.backend or "-", _available(r, cheap), blocker_word(r),
           _yes(r.supports_graph), _duration(r.estimate_ns), r.figures or "-", "*" if r.recommended else "",
           ",".join(r.capabilities) or "-") for r in shown]))
+    if cheap and any(_available(r, cheap) == "maybe" for r in shown):
+        print("\navailable 'maybe': only the cheap probe ran (the backend's packages are importable); "
+              "`rlx devices` (--probe full, the default) asks the driver")
     details = [r for r in shown if r.available and r.detail]
     if details:
         print("\ndetails (adapter, driver, platform):")
@@ -72,8 +98,13 @@ def _print_report(rows, show_all: bool) -> None:
         print(f"\nestimates for {', '.join(nominal)} use nominal figures (no calibration cached): run "
               f"`rlx calibrate` for measured ones; device selection calibrates on its own when it has a choice")
     hidden = [r.label for r in rows if r not in shown]
-    if hidden:
-        print(f"\nnot installed (no plugin serves them; --all lists them): {', '.join(hidden)}")
+    disabled = [label for label in hidden if unloaded.get(label) is not None]
+    if disabled:
+        print(f"\nnot loaded (their plugins are installed but not listed in RLX_PLUGINS; --all lists them): "
+              f"{', '.join(disabled)}")
+    absent = [label for label in hidden if label not in disabled]
+    if absent:
+        print(f"\nnot installed (no plugin serves them; --all lists them): {', '.join(absent)}")
     blocked = [r for r in shown if r.blocker]
     if blocked:
         print("\nblockers:")
@@ -85,8 +116,17 @@ _BLOCKER_WORDS = {"unregistered": "not installed", "unavailable": "unavailable",
                   "unsupported": "unsupported ops"}
 
 
-def _candidate_dict(row) -> dict:
-    return {"device": row.label, "registered": row.registered, "available": row.available,
+def _available(row, cheap: bool) -> str:
+    """yes/no; 'maybe' where only the cheap probe passed (it cannot tell whether the driver works)."""
+    if cheap and row.available and row.registered:
+        return "maybe"
+    return _yes(row.available)
+
+
+def _candidate_dict(row, cheap: bool = False) -> dict:
+    # "available": null where only the cheap probe ran and passed (unknown, not yes)
+    available = None if cheap and row.available and row.registered else row.available
+    return {"device": row.label, "registered": row.registered, "available": available,
             "supports_graph": row.supports_graph, "recommended": row.recommended,
             "blocker_kind": row.blocker_kind, "blocker": row.blocker,
             "fix": row.fix, "capabilities": list(row.capabilities), "backend": row.backend, "plugin": row.plugin,

@@ -5,7 +5,7 @@ import pytest
 
 from rlx_core import Graph, Shape
 from rlx_core.cli import main
-from rlx_core.runtime.registry import reset_registry
+from rlx_core.runtime.registry import install_hint, reset_registry
 from rlx_core.select.calibration import clear_memo
 
 
@@ -41,7 +41,8 @@ def test_devices_with_a_graph_shows_estimate_and_pick(capsys):
     cpu_row = next(line for line in out.splitlines() if line.startswith("cpu "))
     assert " yes " in cpu_row and " us" in cpu_row and " * " in cpu_row and "nominal" in cpu_row
     assert "estimates for cpu use nominal figures" in out and "rlx calibrate" in out
-    assert "tpu: no installed plugin serves it" in out and "fix: pip install rlx-core[tpu]" in out
+    assert "tpu: no installed plugin serves it" in out and f"fix: {install_hint('tpu')}" in out
+    assert "fix: no RLX plugin for 'rocm' is published yet" in out
 
 
 def test_devices_names_the_variable_to_change(capsys, monkeypatch):

@@ -2,7 +2,7 @@
 from .backend import CAPABILITIES, Availability, Backend, BackendFactory, ExecutableGraph
 from .compile_cache import CompileCache
 from .device import DEVICE_PRIORITY, Device, device_label, known_devices, parse_device, register_device
-from .hookspecs import hookimpl, hookspec
+from .hookspecs import PLUGIN_API_VERSION, hookimpl, hookspec
 from .options import CompileOptions, PrecisionPolicy
 from .registry import ENTRY_POINT_GROUP, register_backends, registry, reset_registry
 from .session import CompiledGraph, Outputs, Session, compile_graph
@@ -10,6 +10,6 @@ from .trace import Tracer
 
 __all__ = ["CAPABILITIES", "Availability", "Backend", "BackendFactory", "ExecutableGraph", "CompileCache",
            "DEVICE_PRIORITY", "Device", "device_label", "known_devices", "parse_device", "register_device",
-           "hookimpl", "hookspec", "CompileOptions", "PrecisionPolicy", "ENTRY_POINT_GROUP",
+           "PLUGIN_API_VERSION", "hookimpl", "hookspec", "CompileOptions", "PrecisionPolicy", "ENTRY_POINT_GROUP",
            "register_backends", "registry", "reset_registry", "CompiledGraph", "Outputs", "Session",
            "compile_graph", "Tracer"]

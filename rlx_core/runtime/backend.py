@@ -8,12 +8,15 @@ importing its heavy libraries; ``create()`` runs only when the backend is used.
 from __future__ import annotations
 
 import abc
+import difflib
 import importlib.util
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..errors import PluginError
 from ..ir.dtypes import DType
 from ..ir.node import Node
 from .device import Device, parse_device
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
     from ..rng import RngOptions
     from .options import CompileOptions
 
-__all__ = ["Availability", "Backend", "ExecutableGraph", "BackendFactory", "CAPABILITIES"]
+__all__ = ["Availability", "Backend", "ExecutableGraph", "BackendFactory", "CAPABILITIES", "check_supported_ops"]
 
 # Advisory capability names a backend may claim (device_report shows them).
 CAPABILITIES = {
@@ -85,6 +88,9 @@ class Backend(abc.ABC):
     def supported_ops(self) -> Mapping[str, "frozenset[DType] | None"]:
         """Op kind -> dtypes this backend runs (``None``: every dtype the kind accepts).
 
+        Keys are op kinds (``rlx_core.ir.all_schemas()``, custom kinds included); values
+        are ``None`` or a set of :class:`DType` members (``DType.F32``, not ``"f32"``). The
+        registry checks this when it creates the backend (:func:`check_supported_ops`).
         The dtype of a node is its first input's dtype, or its output's for source ops.
         """
 
@@ -129,3 +135,60 @@ class BackendFactory:
         if missing:
             return Availability(False, f"missing Python package(s): {', '.join(missing)}")
         return self.probe() if self.probe else Availability(True, "")
+
+
+def check_supported_ops(backend: Backend) -> None:
+    """Raise :class:`PluginError` unless ``backend.supported_ops()`` maps op kinds to None
+    or to a set of :class:`DType`; the message names the backend, the kind, and what was
+    expected versus given. The registry calls it when it creates a backend."""
+    from ..ir.schema import all_schemas
+    who = f"backend '{getattr(backend, 'name', '?')}' ({type(backend).__name__})"
+    try:
+        table = backend.supported_ops()
+    except Exception as e:
+        raise PluginError(f"{who}: supported_ops() raised {type(e).__name__}: {e}") from e
+    if not isinstance(table, Mapping):
+        raise PluginError(f"{who}: supported_ops() must return a mapping of op kind -> None or a set of "
+                          f"rlx_core.DType, got {type(table).__name__} {_short(table)}")
+    kinds = all_schemas()
+    problems = []
+    for kind, dtypes in table.items():
+        if not isinstance(kind, str):
+            problems.append(f"key {kind!r} is a {type(kind).__name__}; keys must be op kind names (str)")
+        elif kind not in kinds:
+            close = difflib.get_close_matches(kind, kinds, n=1)
+            problems.append(f"key '{kind}' is not an op kind" + (f" (did you mean '{close[0]}'?)" if close else "")
+                            + "; kinds are rlx_core.ir.all_schemas() (custom kinds: declare them with "
+                              "rlx_custom_ops)")
+        elif dtypes is not None:
+            why = _dtype_set_problem(dtypes)
+            if why:
+                problems.append(f"op kind '{kind}': expected None or a set of rlx_core.DType, got {why}")
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise PluginError(f"{who}: supported_ops() is malformed: " + "; ".join(problems[:3]) + more)
+
+
+def _dtype_set_problem(dtypes: Any) -> str | None:
+    if isinstance(dtypes, (str, bytes, DType, Mapping)) or not isinstance(dtypes, Collection):
+        return f"{type(dtypes).__name__} {_short(dtypes)}" + (
+            f" (wrap it: frozenset({{{_dtype_name(dtypes)}}}))" if _dtype_name(dtypes) else "")
+    bad = [d for d in dtypes if not isinstance(d, DType)]
+    if not bad:
+        return None
+    fixes = [_dtype_name(d) for d in bad]
+    hint = f" (use {', '.join(fixes)})" if all(fixes) else ""
+    return f"{type(dtypes).__name__} holding {', '.join(f'{type(d).__name__} {d!r}' for d in bad[:4])}{hint}"
+
+
+def _dtype_name(value: Any) -> str | None:
+    """``DType.F32`` for ``"f32"`` or ``DType.F32``; None when it names no dtype."""
+    try:
+        return f"DType.{DType(value).name}" if isinstance(value, (str, DType)) else None
+    except ValueError:
+        return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -4,6 +4,13 @@ A ``Device`` is a label (``"cpu"``, ``"cuda"``, ``"gpu"`` ...) with an index for
 machines with several of one kind (``"cuda:1"``). Plugins may serve a device that is
 not built in: they declare it with :func:`register_device` and it then parses,
 prints and selects like the others.
+
+A plugin usually calls ``register_device`` when its entry-point module is imported, so
+a label that is not known yet makes :func:`parse_device` (and ``Device(...)``) load the
+registry's entry points once and look again before raising ``UnknownDeviceError``:
+``Session("npu")``, ``RLX_DEVICES=npu`` and the conformance suite work in a process where
+nothing else has touched the plugins. (While the entry points are being loaded -- inside
+a plugin's import or hook -- an unknown label raises at once instead of recursing.)
 """
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from dataclasses import dataclass
 
 from ..errors import UnknownDeviceError
 
-__all__ = ["Device", "parse_device", "device_label", "register_device", "known_devices",
+__all__ = ["Device", "parse_device", "device_label", "register_device", "known_devices", "lookup_label",
            "DEVICE_PRIORITY"]
 
 # label -> one-line description. Order is the fallback priority (fastest class first).
@@ -49,7 +56,8 @@ class Device:
 
     def __post_init__(self):
         if self.label not in _BUILTIN and self.label not in _EXTRA:
-            raise UnknownDeviceError(_unknown_message(self.label))
+            if not (_load_plugins() and self.label in _EXTRA):
+                raise UnknownDeviceError(_unknown_message(self.label))
 
     @property
     def description(self) -> str:
@@ -99,12 +107,30 @@ def parse_device(spec: "str | Device") -> Device:
         raise UnknownDeviceError(f"expected a device name, got {type(spec).__name__} {spec!r}")
     text = spec.strip().lower()
     name, _, idx = text.partition(":")
-    name = _ALIASES.get(name, name)
-    if name not in _BUILTIN and name not in _EXTRA:
+    label = lookup_label(name)
+    if label is None and _load_plugins():  # a plugin not loaded yet may declare it
+        label = lookup_label(name)
+    if label is None:
         raise UnknownDeviceError(_unknown_message(spec))
+    name = label
     if idx and not idx.isdigit():
         raise UnknownDeviceError(f"device index in {spec!r} must be a non-negative integer")
     return Device(name, int(idx or 0))
+
+
+def lookup_label(name: str) -> str | None:
+    """The label ``name`` (a label or alias, any case, no index) stands for among the
+    devices known now, or None. Loads nothing."""
+    name = name.strip().lower()
+    name = _ALIASES.get(name, name)
+    return name if name in _BUILTIN or name in _EXTRA else None
+
+
+def _load_plugins() -> bool:
+    """Load the registry's entry points (a no-op once loaded) so that the devices plugins
+    declare at import exist. False, loading nothing, inside the loading itself."""
+    from .registry import ensure_loaded
+    return ensure_loaded()
 
 
 def device_label(device: "str | Device") -> str:
@@ -116,5 +142,6 @@ def _unknown_message(spec) -> str:
     names = known_devices()
     close = difflib.get_close_matches(str(spec).lower(), names + list(_ALIASES), n=1)
     hint = f"; did you mean '{_ALIASES.get(close[0], close[0])}'?" if close else ""
+    from .registry import unloaded_plugins_note
     return f"unknown device {spec!r}{hint} Known devices: {', '.join(names)} (aliases: " \
-           f"{', '.join(f'{a}->{t}' for a, t in sorted(_ALIASES.items()))})"
+           f"{', '.join(f'{a}->{t}' for a, t in sorted(_ALIASES.items()))}){unloaded_plugins_note()}"

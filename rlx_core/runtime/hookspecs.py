@@ -7,7 +7,16 @@ object) holding ``@hookimpl`` functions for any of these hooks::
     mydev = "rlx_mydev.plugin"
 
 The module must be cheap to import: return factories and defer heavy imports to
-``BackendFactory.create``.
+``BackendFactory.create``. It declares the plugin API version it was written for::
+
+    RLX_PLUGIN_API = 1
+
+The registry loads a plugin whose ``RLX_PLUGIN_API`` is in :data:`SUPPORTED_PLUGIN_APIS`;
+any other value marks the plugin failed, with a message saying which side to upgrade
+(``rlx devices`` lists it). A plugin that declares none is loaded as API 1, with a note.
+Version 1 is the contract of this module and of ``rlx_core.runtime.backend``: the hooks
+below, ``BackendFactory``, ``Backend`` (``supported_ops`` maps op kinds to ``None`` or a
+set of ``DType``) and ``ExecutableGraph``.
 """
 from __future__ import annotations
 
@@ -16,7 +25,12 @@ import pluggy
 hookspec = pluggy.HookspecMarker("rlx")
 hookimpl = pluggy.HookimplMarker("rlx")
 
-__all__ = ["hookspec", "hookimpl", "RlxHookSpecs"]
+__all__ = ["hookspec", "hookimpl", "RlxHookSpecs", "PLUGIN_API_VERSION", "SUPPORTED_PLUGIN_APIS"]
+
+#: The plugin API this rlx-core speaks (what a plugin's ``RLX_PLUGIN_API`` must say).
+PLUGIN_API_VERSION = 1
+#: Every plugin API version this rlx-core can load.
+SUPPORTED_PLUGIN_APIS = frozenset({PLUGIN_API_VERSION})
 
 
 class RlxHookSpecs:

@@ -37,7 +37,7 @@ from ..passes.legalize import unsupported_nodes
 from ..passes.precision import apply_precision
 from ..runtime.device import Device, known_devices, parse_device
 from ..runtime.options import CompileOptions
-from ..runtime.registry import BackendEntry, registry
+from ..runtime.registry import BackendEntry, install_hint, registry
 from .calibration import device_figures
 from .cost import graph_cost, estimate_ns
 from .policy import DevicePolicy
@@ -55,9 +55,8 @@ TIE_TOLERANCE = 0.05
 FULL, CHEAP = "full", "cheap"
 # Blocker kinds, in the order they are checked.
 UNREGISTERED, UNAVAILABLE, POLICY, UNSUPPORTED = "unregistered", "unavailable", "policy", "unsupported"
-# Device label -> the rlx-core extra that installs its plugin.
-_INSTALL_EXTRA = {"cpu": "cpu", "cuda": "cuda", "rocm": "rocm", "tpu": "tpu", "metal": "metal", "mlx": "mlx",
-                  "gpu": "wgpu", "vulkan": "wgpu", "directx": "wgpu", "opengl": "wgpu", "webgpu": "wgpu"}
+# How to get a device served (pip command, or the error of its installed plugin that failed to
+# load): rlx_core.runtime.registry.install_hint, the one place that says it.
 
 
 @dataclass(frozen=True)
@@ -127,10 +126,7 @@ def blocker_for(graph: Graph | None, device: "Device | str", policy: DevicePolic
     policy = policy if policy is not None else DevicePolicy.from_env()
     entry = _entry(dev)
     if entry is None:
-        extra = _INSTALL_EXTRA.get(dev.label)
-        how = f"pip install rlx-core[{extra}]" if extra else f"install a plugin serving '{dev.label}'"
-        return Blocker(UNREGISTERED, "no installed plugin serves it",
-                       f"{how} (or register a backend with register_backends)")
+        return Blocker(UNREGISTERED, "no installed plugin serves it", install_hint(dev))
     avail = entry.availability(full=probe == FULL)
     if not avail.ok:
         return Blocker(UNAVAILABLE, f"not available: {avail.reason or 'probe failed'}",
@@ -218,7 +214,7 @@ def nothing_viable_error(graph: Graph, policy: DevicePolicy, options: CompileOpt
         b = blocker_for(graph, label, policy, FULL, options)
         if b is not None and b.kind != UNREGISTERED:
             rows.append(f"  {label}: {b.reason} -> {b.fix}")
-    served = "\n".join(rows) or "  (no installed plugin serves any device: pip install rlx-core[cpu])"
+    served = "\n".join(rows) or f"  (no installed plugin serves any device: {install_hint('cpu')})"
     return DeviceUnavailableError(f"no device can run graph '{graph.name}' under policy [{policy.describe()}]:\n"
                                   f"{served}")
 

@@ -1,6 +1,8 @@
 """Entry-point module: cheap to import, it only describes the backend."""
 from rlx_core.runtime import Availability, BackendFactory, hookimpl
 
+RLX_PLUGIN_API = 1  # the RLX plugin API this module was written for (rlx_core.runtime.PLUGIN_API_VERSION)
+
 
 def _create():
     from .backend import CpuBackend

@@ -7,6 +7,8 @@ that module; it loads NVML only when first read.
 """
 from rlx_core.runtime import BackendFactory, hookimpl
 
+RLX_PLUGIN_API = 1  # the RLX plugin API this module was written for (rlx_core.runtime.PLUGIN_API_VERSION)
+
 
 def _create():
     from .backend import CudaBackend

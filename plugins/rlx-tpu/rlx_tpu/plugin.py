@@ -3,6 +3,8 @@ from rlx_core.runtime import BackendFactory, hookimpl
 
 from .platform import cheap_availability
 
+RLX_PLUGIN_API = 1  # the RLX plugin API this module was written for (rlx_core.runtime.PLUGIN_API_VERSION)
+
 
 def _create():
     from .backend import TpuBackend

@@ -7,6 +7,8 @@ import sys
 
 from rlx_core.runtime import Availability, BackendFactory, hookimpl
 
+RLX_PLUGIN_API = 1  # the RLX plugin API this module was written for (rlx_core.runtime.PLUGIN_API_VERSION)
+
 _DESCRIPTIONS = {
     "gpu": "best GPU adapter through wgpu (WGSL compute)",
     "vulkan": "wgpu forced onto its Vulkan backend",
