@@ -23,8 +23,11 @@ __all__ = ["cmd_run", "setup_run"]
 def setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="the .onnx file (external data is read from its folder)")
     p.add_argument("--device", default="auto",
-                   help="a device name (cpu, cuda, ...) or auto (default): the first available device, in "
-                        "platform priority order, that supports every node")
+                   help="a device name (cpu, cuda, ...) or auto (default): RLX_DEVICE if set, else the device "
+                        "the cost model rates fastest among those the RLX_* policy allows (RLX_DEVICES, "
+                        "RLX_DENY_DEVICES, RLX_PREFER_DEVICES) that support every node; software GPU adapters "
+                        "(lavapipe, SwiftShader, WARP) only when measured faster (RLX_BENCHMARK_PICK=N times "
+                        "every candidate N runs on these inputs)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                    help="an input's value (repeatable); inputs not given get seeded random values")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
@@ -38,9 +41,9 @@ def setup_run(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args) -> int:
-    """Import an ONNX model, pick a device (--device auto: one that supports every node),
-    compile, run it and print output shapes and timings; --check compares with
-    onnxruntime."""
+    """Import an ONNX model, pick a device (--device auto: the RLX_* policy and the cost
+    model, as everywhere), compile, run it and print output shapes and timings; --check
+    compares with onnxruntime."""
     from .errors import RlxError
     try:
         return _run(args)
@@ -60,7 +63,6 @@ def _run(args) -> int:
     import onnx
 
     from .frontends.onnx import load_onnx_for
-    from .runtime import Session
 
     if args.check:
         _require_onnxruntime()
@@ -73,14 +75,13 @@ def _run(args) -> int:
                    args.seed)
     model = load_onnx_for(proto, feeds)
     t_import = time.perf_counter() - t0
-    device, why = _choose_device(model.graph, args.device)
     print(f"model   {args.model}: {len(model.graph)} nodes, opset {model.opset}, imported in {_ms(t_import)}")
-    print(f"device  {device} ({why})")
-    t0 = time.perf_counter()
-    compiled = Session(device).compile(model.graph)
-    compiled.set_params(model.params)
-    t_compile = time.perf_counter() - t0
     runtime_feeds = {n: feeds[n] for n in model.input_names}
+    runner, pick = _choose_device(model.graph, args.device, model.params, runtime_feeds)
+    print(f"device  {pick.device} ({_describe(pick, args.device)})")
+    t0 = time.perf_counter()
+    compiled = runner.compile(pick.device)  # (params replayed onto it)
+    t_compile = time.perf_counter() - t0
     t0 = time.perf_counter()
     outputs = compiled.run(runtime_feeds)
     t_first = time.perf_counter() - t0
@@ -163,29 +164,24 @@ def _declared_dims(vi) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def _choose_device(graph, requested: str):
-    """``(device, reason)``: the requested device, or for ``auto`` the first device in
-    platform priority order that is available and supports every node."""
-    from .passes.legalize import unsupported_nodes
-    from .runtime.device import parse_device
-    from .runtime.registry import registry
-    if requested != "auto":
-        return parse_device(requested), "requested"
-    reg = registry()
-    skipped = []
-    for device in reg.devices():
-        if not reg.is_available(device):
-            skipped.append(f"{device}: unavailable")
-            continue
-        backend = reg.backend(device)
-        missing = unsupported_nodes(graph, backend, tuple(reg.op_kernels(backend.name)))
-        if not missing:
-            return device, "auto: first available device that supports every node" + (
-                f"; skipped {'; '.join(skipped)}" if skipped else "")
-        skipped.append(f"{device}: {len(missing)} unsupported node(s)")
-    from .errors import DeviceUnavailableError
-    raise DeviceUnavailableError("no available device can run this model: " + ("; ".join(skipped) or
-                                                                                "no backend plugin is installed"))
+def _choose_device(graph, requested: str, params=None, inputs=None):
+    """``(runner, pick)``: a ``GraphDevices`` over ``graph`` holding ``params``, under
+    ``DevicePolicy.from_env()``, and its :class:`~rlx_core.select.DevicePick` -- the pick
+    every entry point makes (``pick_device``): ``requested`` unless ``auto``, else
+    ``RLX_DEVICE``, else a benchmark on ``inputs`` when ``RLX_BENCHMARK_PICK`` asks, else the
+    cost model, software adapters only when measured faster."""
+    from .select import DevicePolicy, GraphDevices
+    runner = GraphDevices(graph, DevicePolicy.from_env())
+    runner.set_params(params or {})
+    return runner, runner.pick(None if requested == "auto" else requested, inputs)
+
+
+def _describe(pick, requested: str) -> str:
+    if pick.how == "requested":
+        return "requested"
+    if pick.how == "environment":
+        return pick.reason
+    return f"auto: {pick.reason}"
 
 
 def _require_onnxruntime():

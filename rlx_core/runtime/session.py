@@ -52,26 +52,38 @@ class Session:
 
     ``backend="<name>"`` pins the backend when several plugins serve the device (by
     default the registry's choice: ``RLX_BACKEND_<DEVICE>``, else the highest priority).
+
+    ``Session()`` (no device) picks per graph at compile time, as every other entry point
+    does (``rlx_core.select.resolve_device``: ``RLX_DEVICE``, else the best device the
+    ``RLX_*`` policy allows, by the cost model); ``device`` and ``backend`` are then None.
     """
 
-    def __init__(self, device: "Device | str" = Device.CPU, precision: "PrecisionPolicy | str | None" = None,
+    def __init__(self, device: "Device | str | None" = None, precision: "PrecisionPolicy | str | None" = None,
                  options: CompileOptions | None = None, *, backend: str | None = None):
-        self.device = parse_device(device)
+        if device is None and backend is not None:
+            raise RlxError(f"Session(backend={backend!r}) needs the device that backend serves")
+        self.device = None if device is None else parse_device(device)
         self.options = options or CompileOptions()
         if precision is not None:
             self.options = self.options.with_(precision=PrecisionPolicy.of(precision))
-        self.backend: Backend = registry().backend(self.device) if backend is None \
-            else _named_backend(self.device, backend)
+        self.backend: Backend | None = None if self.device is None else registry().backend(self.device) \
+            if backend is None else _named_backend(self.device, backend)
 
     @property
     def precision(self) -> PrecisionPolicy:
         return self.options.precision
 
     def compile(self, graph: Graph, options: CompileOptions | None = None) -> "CompiledGraph":
-        return compile_graph(self.backend, graph, options or self.options, self.device)
+        options = options or self.options
+        if self.device is None:  # the shared pick (policy + cost model), per graph
+            from ..select.devices import resolve_device
+            device = resolve_device(graph, options=options)
+            return compile_graph(registry().backend(device), graph, options, device)
+        return compile_graph(self.backend, graph, options, self.device)
 
     def __repr__(self) -> str:
-        return f"Session({self.device}, backend={self.backend.name}, precision={self.precision.value})"
+        where = "auto" if self.device is None else f"{self.device}, backend={self.backend.name}"
+        return f"Session({where}, precision={self.precision.value})"
 
 
 def _named_backend(device: Device, name: str) -> Backend:

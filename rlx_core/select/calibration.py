@@ -13,6 +13,15 @@ fingerprint, plugin version or thread settings (``OMP_NUM_THREADS`` ...) is igno
 re-measured; a cache directory that cannot
 be written only costs the cache (a warning), never the run.
 
+A plugin's figures may say ``"software": true`` (rlx-wgpu does for lavapipe, llvmpipe,
+SwiftShader, WARP: adapters that run on the host's cores); it is kept in the file so
+that cheap reports know it without opening the device. An uncalibrated software device
+gets :data:`NOMINAL_SOFTWARE`, not its platform's GPU figures.
+
+Per-graph timings: :func:`record_graph_timings` keeps measured run times of one graph
+(per graph fingerprint and compile options, for this process) -- written by
+``GraphDevices.benchmark`` and read by the device ranking (``select/devices.py``).
+
 Measuring: the ``rlx_calibrate`` hook of the plugin serving the backend, if it answers
 (per-kind tables it leaves out are added by :func:`measure_kind_costs`); otherwise
 :func:`measure_backend`, which times small graphs through the backend itself (so it
@@ -51,7 +60,8 @@ from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
            "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "measure_vector",
-           "report_progress", "progress_reporter", "clear_memo", "probe_order", "thread_settings", "FORMAT_VERSION"]
+           "report_progress", "progress_reporter", "clear_memo", "probe_order", "thread_settings", "FORMAT_VERSION",
+           "NOMINAL_SOFTWARE", "MIN_KINDS_TIMED", "record_graph_timings", "graph_timings", "forget_graph_timings"]
 
 log = logging.getLogger("rlx.select.calibration")
 FORMAT_VERSION = 1
@@ -77,6 +87,10 @@ NOMINAL: dict[str, tuple[float, float, float, float, float, float | None]] = {
     "gpu": _GPU_WGPU, "vulkan": _GPU_WGPU, "directx": _GPU_WGPU, "opengl": _GPU_WGPU, "webgpu": _GPU_WGPU,
 }
 _UNKNOWN_DEVICE = (50.0, 10.0, 50_000.0, 10_000.0, 5.0, None)
+# A software rasterizer (lavapipe, SwiftShader, WARP) before it is calibrated: a driver
+# emulating a GPU on the host's cores, slower than the cpu device at everything (lavapipe
+# measured here: 5 GFLOP/s sgemm, 6 GFLOP/s vector, 1.6 GB/s, 260 us per run).
+NOMINAL_SOFTWARE = (5.0, 2.0, 250_000.0, 1_000.0, 5.0, 5.0)
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,7 @@ class Calibration:
     plugin_version: str | None = None
     host_load: float | None = None  # 1-minute load average per CPU when measured (> 1: busy host)
     threads: dict[str, str] = field(default_factory=dict)  # thread_settings() when measured
+    software: bool | None = None  # the plugin said the device is emulated on the host CPU
     measured_s: float = 0.0
     created: float = 0.0
     format: int = FORMAT_VERSION
@@ -138,6 +153,8 @@ class Calibration:
                 raise ValueError(f"kind_ns_per_element[{kind!r}] must be [small, large], got {values!r}")
             for v in values:
                 _check_positive(f"kind_ns_per_element[{kind!r}]", v)
+        if data.get("software") is not None and not isinstance(data["software"], bool):
+            raise ValueError(f"software must be true, false or null, got {data['software']!r}")
         sizes = data.get("kind_probe_sizes", KIND_PROBE_SIZES)
         if not (isinstance(sizes, (list, tuple)) and len(sizes) == 2 and 0 < sizes[0] < sizes[1]):
             raise ValueError(f"kind_probe_sizes must be two increasing sizes, got {sizes!r}")
@@ -147,7 +164,7 @@ class Calibration:
 
 
 _OPTIONAL = {"transfer_bw_gbps", "kind_dispatch_ns", "kind_ns_per_element", "kind_probe_sizes", "plugin_version",
-             "host_load", "threads", "measured_s", "created", "format"}
+             "host_load", "threads", "software", "measured_s", "created", "format"}
 
 
 def _table(data: dict, name: str) -> dict:
@@ -352,7 +369,7 @@ def _measure_and_store(reg, entry, dev: Device) -> Calibration:
             "kind_probe_sizes": figures.get("kind_probe_sizes", KIND_PROBE_SIZES),
             "backend": entry.name, "device": str(dev), "device_id": f"{dev.label}{dev.index or ''}-{fingerprint}",
             "fingerprint": fingerprint, "plugin_version": _plugin_version(entry.plugin), "host_load": load,
-            "threads": thread_settings(),
+            "threads": thread_settings(), "software": figures.get("software"),
             "measured_s": round(time.perf_counter() - start, 3), "created": time.time()})
     except (ValueError, TypeError, AttributeError) as e:
         raise PluginError(f"calibration of backend '{entry.name}' (plugin '{entry.plugin}') returned bad figures: "
@@ -368,9 +385,11 @@ def _measure_and_store(reg, entry, dev: Device) -> Calibration:
     return calib
 
 
-def device_figures(device: "Device | str", *, calibrate: bool = False) -> DeviceFigures:
+def device_figures(device: "Device | str", *, calibrate: bool = False, software: bool = False) -> DeviceFigures:
     """Figures for the cost model: cached calibration, a fresh one if ``calibrate`` (and the
-    device is usable), else nominal. Fusion comes from the backend's advisory capabilities."""
+    device is usable), else nominal (:data:`NOMINAL_SOFTWARE` when ``software``: the caller
+    knows the device is a software adapter). Fusion comes from the backend's advisory
+    capabilities."""
     from ..runtime.registry import registry
     dev = parse_device(device)
     fuses = _fuses_elementwise(dev)
@@ -383,7 +402,8 @@ def device_figures(device: "Device | str", *, calibrate: bool = False) -> Device
                         type(e).__name__, e)
     if calib is not None:
         return calib.figures(fuses)
-    sgemm, bw, roundtrip, dispatch, vector, transfer = NOMINAL.get(dev.label, _UNKNOWN_DEVICE)
+    nominal = NOMINAL_SOFTWARE if software else NOMINAL.get(dev.label, _UNKNOWN_DEVICE)
+    sgemm, bw, roundtrip, dispatch, vector, transfer = nominal
     return DeviceFigures(sgemm, bw, roundtrip, dispatch, vector, transfer, fuses, source="nominal")
 
 
@@ -407,11 +427,42 @@ def _fuses_elementwise(device: Device) -> bool:
 
 
 def clear_memo() -> None:
-    """Forget calibrations read, and failures seen, in this process (tests; after
-    deleting cache files)."""
+    """Forget calibrations read, failures seen and graph timings recorded in this process
+    (tests; after deleting cache files)."""
     with _MEMO_LOCK:
         _MEMO.clear()
         _FAILED.clear()
+        _TIMINGS.clear()
+
+
+# --- measured run times of whole graphs ----------------------------------------------------
+_TIMINGS: dict[tuple[str, str], dict[str, float]] = {}  # (fingerprint, options key) -> {device: ns}
+
+
+def _graph_key(graph: Graph, options: CompileOptions | None) -> tuple[str, str]:
+    return graph.fingerprint(), (options or CompileOptions()).cache_key()
+
+
+def record_graph_timings(graph: Graph, timings: dict, options: CompileOptions | None = None) -> None:
+    """Remember measured run times (ns; ``inf`` for a device that failed) of ``graph``
+    compiled with ``options``, by device, for this process."""
+    key = _graph_key(graph, options)
+    with _MEMO_LOCK:
+        _TIMINGS.setdefault(key, {}).update({str(parse_device(d)): float(ns) for d, ns in timings.items()})
+
+
+def graph_timings(graph: Graph, options: CompileOptions | None = None) -> dict[Device, float]:
+    """The run times recorded for ``graph`` (see :func:`record_graph_timings`), by device."""
+    key = _graph_key(graph, options)
+    with _MEMO_LOCK:
+        return {parse_device(d): ns for d, ns in _TIMINGS.get(key, {}).items()}
+
+
+def forget_graph_timings(graph: Graph, options: CompileOptions | None = None) -> None:
+    """Drop the run times recorded for ``graph`` (conditions changed: re-measure)."""
+    key = _graph_key(graph, options)
+    with _MEMO_LOCK:
+        _TIMINGS.pop(key, None)
 
 
 # --- the generic measurement ---------------------------------------------------------------
@@ -490,7 +541,7 @@ def measure_backend(backend: Backend, device: Device | None = None, *, sgemm_gfl
       measured it; a backend without matmul gets its vector rate (it never runs a GEMM);
     * ``kind_dispatch_ns``, ``kind_ns_per_element``: :func:`measure_kind_costs` with what is
       left of ``budget_s`` (the whole measurement stays near ``budget_s``: a loaded machine
-      gets fewer kinds timed).
+      gets fewer kinds timed, never fewer than :data:`MIN_KINDS_TIMED`).
     """
     deadline = time.perf_counter() + budget_s
     rng = np.random.default_rng(0)
@@ -549,6 +600,9 @@ def _measure_sgemm(backend: Backend, device: Device | None, fixed: float, deadli
 
 
 # Timed first, so that a calibration cut short by its budget still covers the usual models.
+# The first MIN_KINDS_TIMED of them are timed whatever the budget says (a loaded host
+# still gets figures for the commonest kinds; the result's structure never depends on load).
+MIN_KINDS_TIMED = 2
 COMMON_KINDS = ("matmul", "add", "mul", "sub", "div", "exp", "tanh", "gelu", "relu", "sigmoid", "silu", "softmax",
                 "layer_norm", "rms_norm", "attention", "transpose", "reduce_sum", "reduce_mean", "conv")
 # Tiny operands for kinds that do not take plain vectors.
@@ -563,7 +617,8 @@ def probe_order(kinds) -> list[str]:
 
 
 def measure_kind_costs(backend: Backend, device: Device | None, roundtrip_ns: float, deadline: float,
-                       sizes: tuple[int, int] = KIND_PROBE_SIZES, progress: tuple[float, float] = (0.0, 1.0)
+                       sizes: tuple[int, int] = KIND_PROBE_SIZES, progress: tuple[float, float] = (0.0, 1.0),
+                       *, min_kinds: int = MIN_KINDS_TIMED, clock: Callable[[], float] = time.perf_counter
                        ) -> tuple[dict[str, float], dict[str, list[float]]]:
     """``(dispatch, per_element)`` for the op kinds ``backend`` runs, by timing one-node graphs.
 
@@ -575,14 +630,16 @@ def measure_kind_costs(backend: Backend, device: Device | None, roundtrip_ns: fl
       :func:`_per_element`. GEMM kinds are left to ``sgemm_gflops``.
 
     Kinds still left when ``deadline`` passes are skipped (:data:`COMMON_KINDS` go first):
-    their nodes use the generic dispatch figure and the FLOP rates.
+    their nodes use the generic dispatch figure and the FLOP rates. The first
+    ``min_kinds`` kinds are timed even past the deadline. ``clock`` (seconds, like
+    ``time.perf_counter``) is what ``deadline`` is compared with.
     """
     kinds = probe_order(backend.supported_ops())
     rng = np.random.default_rng(0)
     dispatch: dict[str, float] = {}
     per_element: dict[str, list[float]] = {}
     for i, kind in enumerate(kinds):
-        if time.perf_counter() > deadline:
+        if i >= min_kinds and clock() > deadline:
             log.info("calibration budget spent; %d op kind(s) left untimed", len(kinds) - i)
             break
         report_progress(progress[0] + (progress[1] - progress[0]) * i / len(kinds), f"op {kind}")

@@ -19,6 +19,32 @@ Decisions where the original was inconsistent:
   calibrates; selection (``fastest_device_for``) uses full probes and calibrates the
   candidates once when there are two or more to choose between.
 
+One pick for every entry point: ``rlx run``, ``rlx bench``, :func:`fastest_device_for`,
+:func:`resolve_device`, ``GraphDevices``, ``FlexibleSession``, ``DeviceRouter`` and
+``Session()`` without a device all go through :func:`pick_device` (or, in
+``GraphDevices``, the same :func:`requested_device` + :func:`rank_devices` with its
+results cached), under the same :class:`DevicePolicy` (``DevicePolicy.from_env()``
+unless one is given): hint -> ``PREFIX_DEVICE`` -> a benchmark pick when
+``PREFIX_BENCHMARK_PICK`` asks for one and inputs are at hand -> :func:`rank_devices`.
+
+Software devices. A device whose availability detail says ``software`` (see
+:func:`software_detail`: rlx-wgpu sets it for lavapipe, llvmpipe, SwiftShader, WARP --
+any adapter whose type is CPU) emulates a GPU on the host's cores. It is never picked
+over a device that is not software on the strength of the cost model alone:
+:func:`rank_devices` ranks software devices after every other viable device, and does
+not calibrate them for the pick. A wrong pick there costs 10-100x (an MLP ran at 77 ms
+per call on lavapipe against 1.5 ms on cpu), while a right one could win little. A
+*measurement* overrides this: once every candidate has been timed on this graph in this
+process (``GraphDevices.benchmark``, ``rlx bench``, a benchmark pick with
+``RLX_BENCHMARK_PICK=N``; kept per graph fingerprint and compile options by
+:func:`~rlx_core.select.calibration.record_graph_timings`), the ranking follows the
+measured times, so a software device that really is faster wins. The pick does not
+benchmark a software device on its own: compiling and running a model there can take
+seconds (an encoder layer: 1.83 s per run on lavapipe), more than the pick could save;
+``RLX_BENCHMARK_PICK`` is the switch for that. Explicit requests (``--device gpu``,
+``RLX_DEVICE=gpu``) still get the software device, and it stays in fallback chains.
+When only software devices can run a graph, they are ranked by the cost model as usual.
+
 Plugins: ``BackendFactory.create()`` and ``advisory_capabilities()`` must not import a
 heavy library (import it in ``is_available`` or ``compile``): the report calls them for
 every registered device. Given a graph, the report also asks each available backend for
@@ -28,8 +54,10 @@ features) pays for its import there, and only there.
 from __future__ import annotations
 
 import logging
+import math
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from ..errors import DeviceUnavailableError, PluginError, PolicyError
 from ..ir.graph import Graph
@@ -38,7 +66,7 @@ from ..passes.precision import apply_precision
 from ..runtime.device import Device, known_devices, parse_device
 from ..runtime.options import CompileOptions
 from ..runtime.registry import BackendEntry, install_hint, registry
-from .calibration import device_figures
+from .calibration import device_figures, graph_timings, load_calibration, record_graph_timings
 from .cost import graph_cost, estimate_ns
 from .policy import DevicePolicy
 
@@ -48,7 +76,8 @@ if TYPE_CHECKING:
 __all__ = ["Blocker", "DeviceCandidate", "available_devices", "is_available", "blocker_for", "devices_for",
            "rank_devices", "estimate_device_ns", "fastest_device_for", "resolve_device", "device_report",
            "nothing_viable_error", "checked_hint", "requested_device", "TIE_TOLERANCE", "FULL",
-           "CHEAP"]
+           "CHEAP", "DevicePick", "pick_device", "software_detail", "is_software", "software_status",
+           "SOFTWARE_ADAPTERS"]
 
 log = logging.getLogger("rlx.select")
 TIE_TOLERANCE = 0.05
@@ -97,6 +126,26 @@ class DeviceCandidate:
     figures: str | None = None
     blocker_kind: str | None = None  # unregistered | unavailable | policy | unsupported
     offending: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    software: bool | None = None  # emulated on the host CPU (None: not known without a full probe)
+
+
+@dataclass(frozen=True)
+class DevicePick:
+    """What :func:`pick_device` chose and why.
+
+    ``how``: ``requested`` (an explicit hint), ``environment`` (``PREFIX_DEVICE``),
+    ``only`` (one viable device), ``cost model``, ``measured`` (every candidate timed on
+    this graph) or ``benchmark`` (timed just now, as the policy asks). ``ranked`` holds the
+    candidates in pick order with the cost model's estimates (ns); ``software`` the
+    candidates that are software devices, ``demoted`` those ranked after the others
+    because of it."""
+
+    device: Device
+    how: str
+    reason: str
+    ranked: tuple[tuple[Device, float], ...] = ()
+    software: tuple[Device, ...] = ()
+    demoted: tuple[Device, ...] = ()
 
 
 # --- availability ------------------------------------------------------------------------
@@ -116,6 +165,49 @@ def is_available(device: "Device | str", probe: str = FULL) -> bool:
 def available_devices(probe: str = FULL) -> list[Device]:
     """Every served device whose probe passes, in platform priority order."""
     return [d for d in registry().devices() if is_available(d, probe)]
+
+
+# --- software devices ----------------------------------------------------------------------
+# Adapter names of GPU drivers that run on the CPU (lower case; matched as words).
+SOFTWARE_ADAPTERS = ("lavapipe", "llvmpipe", "softpipe", "swiftshader", "microsoft basic render driver", "warp")
+_SOFTWARE_RE = re.compile(r"\b(" + "|".join(re.escape(n) for n in SOFTWARE_ADAPTERS) + r")\b")
+
+
+def software_detail(detail: Mapping | None) -> bool | None:
+    """Whether an availability ``detail`` describes a software device: its ``software`` key
+    when the plugin sets one (the contract), else an ``adapter_type`` of ``CPU`` (wgpu's
+    name for software adapters) or an adapter/driver name of :data:`SOFTWARE_ADAPTERS`.
+    None when the detail says nothing about an adapter (e.g. a cheap probe's)."""
+    if not detail:
+        return None
+    if detail.get("software") is not None:
+        return bool(detail["software"])
+    if str(detail.get("adapter_type") or "").upper() == "CPU":
+        return True
+    names = " ".join(str(detail.get(k) or "") for k in ("adapter", "device", "name", "driver")).lower()
+    if _SOFTWARE_RE.search(names):
+        return True
+    return False if detail.get("adapter_type") or names.strip() else None
+
+
+def software_status(device: "Device | str", probe: str = FULL) -> bool | None:
+    """Whether ``device`` is a software device, from its probe's detail, else from its cached
+    calibration; None when neither says (a cheap probe of a device never calibrated)."""
+    dev = parse_device(device)
+    entry = _entry(dev)
+    if entry is None:
+        return None
+    avail = entry.availability(full=probe == FULL)
+    flag = software_detail(avail.detail) if avail.ok else None
+    if flag is None:
+        calib = load_calibration(dev)
+        flag = calib.software if calib is not None else None
+    return flag
+
+
+def is_software(device: "Device | str", probe: str = FULL) -> bool:
+    """``software_status`` with unknown counted as not software."""
+    return bool(software_status(device, probe))
 
 
 # --- viability ----------------------------------------------------------------------------
@@ -167,31 +259,75 @@ def devices_for(graph: Graph, policy: DevicePolicy | None = None, probe: str = F
 
 
 # --- ranking -------------------------------------------------------------------------------
-def estimate_device_ns(graph: "Graph | GraphCost", device: "Device | str", *, calibrate: bool = False) -> float:
-    """The cost model's prediction of one run of ``graph`` on ``device``, in ns."""
+def estimate_device_ns(graph: "Graph | GraphCost", device: "Device | str", *, calibrate: bool = False,
+                       software: bool | None = None) -> float:
+    """The cost model's prediction of one run of ``graph`` on ``device``, in ns. ``software``
+    None asks the device (a full probe) whether it is a software device, whose nominal
+    figures differ."""
     cost = graph_cost(graph) if isinstance(graph, Graph) else graph
-    return estimate_ns(cost, device_figures(device, calibrate=calibrate))
+    if software is None:
+        software = is_software(device)
+    return estimate_ns(cost, device_figures(device, calibrate=calibrate, software=software))
+
+
+def _tie_order(values: Mapping[Device, float], policy: DevicePolicy) -> list[Device]:
+    """Lowest value first; values within TIE_TOLERANCE of the best remaining one are ties,
+    broken by the policy's prefer order, then platform priority."""
+    remaining = dict(values)
+    order = []
+    while remaining:
+        best = min(remaining.values())
+        tied = [d for d, t in remaining.items() if t <= best * (1 + TIE_TOLERANCE) or t == best]
+        winner = min(tied, key=policy.rank_key)
+        order.append(winner)
+        del remaining[winner]
+    return order
+
+
+def _ranking(graph: Graph, devices: Iterable["Device | str"], policy: DevicePolicy, calibrate: bool,
+             options: CompileOptions | None, probe: str):
+    """``(ranked [(device, estimate ns)], how, software, demoted)`` -- see :func:`rank_devices`."""
+    devices = list(dict.fromkeys(parse_device(d) for d in devices))
+    software = [d for d in devices if is_software(d, probe)]
+    hardware = [d for d in devices if d not in software]
+    demote = bool(software and hardware)
+    cost = graph_cost(graph)
+    # Software devices ranked last anyway are not calibrated for the pick (it can take a minute).
+    estimates = {d: estimate_device_ns(cost, d, calibrate=calibrate and not (demote and d in software),
+                                       software=d in software) for d in devices}
+    measured = graph_timings(graph, options)
+    if devices and all(d in measured for d in devices):
+        order = _tie_order({d: measured[d] for d in devices}, policy)
+        return [(d, estimates[d]) for d in order], "measured", software, []
+    if demote:
+        order = (_tie_order({d: estimates[d] for d in hardware}, policy)
+                 + _tie_order({d: estimates[d] for d in software}, policy))
+        demoted = [d for d in software if estimates[d] <= min(estimates[h] for h in hardware) * (1 + TIE_TOLERANCE)]
+    else:
+        order, demoted = _tie_order(estimates, policy), []
+    return [(d, estimates[d]) for d in order], "cost model", software, demoted
 
 
 def rank_devices(graph: Graph, devices: Iterable["Device | str"], policy: DevicePolicy | None = None, *,
-                 calibrate: bool = False) -> list[tuple[Device, float]]:
-    """``(device, estimated ns)`` fastest first. Estimates within TIE_TOLERANCE of the best
-    remaining one are ties, broken by the policy's prefer order, then platform priority."""
+                 calibrate: bool = False, options: CompileOptions | None = None, probe: str = FULL
+                 ) -> list[tuple[Device, float]]:
+    """``(device, estimated ns)`` in pick order, best first.
+
+    * When every device in ``devices`` has a measured run time of this graph (see the
+      module docstring), the measured times decide the order.
+    * Otherwise the cost model's estimates do, except that software devices come after
+      every device that is not software (the estimates are still returned).
+    * Values within TIE_TOLERANCE of the best remaining one are ties, broken by the
+      policy's prefer order, then platform priority.
+    """
     policy = policy if policy is not None else DevicePolicy.from_env()
-    cost = graph_cost(graph)
-    remaining = {parse_device(d): estimate_device_ns(cost, d, calibrate=calibrate) for d in devices}
-    ranked = []
-    while remaining:
-        best = min(remaining.values())
-        tied = [d for d, t in remaining.items() if t <= best * (1 + TIE_TOLERANCE)]
-        winner = min(tied, key=policy.rank_key)
-        ranked.append((winner, remaining.pop(winner)))
-    return ranked
+    return _ranking(graph, devices, policy, calibrate, options, probe)[0]
 
 
 def fastest_device_for(graph: Graph, policy: DevicePolicy | None = None, *, calibrate: bool = True,
                        options: CompileOptions | None = None) -> Device:
-    """The cost model's pick among the viable devices (no compile).
+    """The pick among the viable devices by :func:`rank_devices` (no compile; a hint or
+    ``PREFIX_DEVICE`` is not consulted: see :func:`resolve_device`).
 
     With two or more candidates, uncalibrated ones are calibrated first (once; cached)
     unless ``calibrate=False``. Raises DeviceUnavailableError, listing every device's
@@ -203,7 +339,7 @@ def fastest_device_for(graph: Graph, policy: DevicePolicy | None = None, *, cali
         raise nothing_viable_error(graph, policy, options)
     if len(candidates) == 1:
         return candidates[0]
-    return rank_devices(graph, candidates, policy, calibrate=calibrate)[0][0]
+    return rank_devices(graph, candidates, policy, calibrate=calibrate, options=options)[0][0]
 
 
 def nothing_viable_error(graph: Graph, policy: DevicePolicy, options: CompileOptions | None = None
@@ -221,12 +357,88 @@ def nothing_viable_error(graph: Graph, policy: DevicePolicy, options: CompileOpt
 
 def resolve_device(graph: Graph, hint: "Device | str | None" = None, policy: DevicePolicy | None = None, *,
                    options: CompileOptions | None = None, calibrate: bool = True) -> Device:
-    """hint -> ``PREFIX_DEVICE`` -> cost model. A hint (either kind) that cannot run the graph
-    raises, naming where it came from. (Benchmark picks need inputs: see GraphDevices.)"""
+    """hint -> ``PREFIX_DEVICE`` -> :func:`rank_devices`. A hint (either kind) that cannot run
+    the graph raises, naming where it came from. (A benchmark pick needs inputs: see
+    :func:`pick_device` and ``GraphDevices``.)"""
+    return pick_device(graph, hint, policy, options=options, calibrate=calibrate).device
+
+
+Measure = Callable[[list], Mapping[Device, float]]
+
+
+def pick_device(graph: Graph, hint: "Device | str | None" = None, policy: DevicePolicy | None = None, *,
+                options: CompileOptions | None = None, calibrate: bool = True, measure: Measure | None = None,
+                candidates: Iterable[Device] | None = None) -> DevicePick:
+    """The device for ``graph``, and why: the one pick every entry point shares.
+
+    1. ``hint``, else ``PREFIX_DEVICE``: used if it can run the graph here, else raises
+       (PolicyError / DeviceUnavailableError naming where the request came from).
+    2. The viable devices under ``policy`` (default ``DevicePolicy.from_env()``), or
+       ``candidates`` when the caller already knows them; none -> DeviceUnavailableError
+       listing every device's blocker; one -> that one.
+    3. A policy with ``benchmark_runs`` and a ``measure`` callable (devices -> ``{device:
+       median ns}``, ``inf`` for failures; ``GraphDevices`` passes its benchmark): the
+       candidates not yet timed on this graph are timed, once per graph fingerprint and
+       process, and the measured times decide.
+    4. :func:`rank_devices`: measured times when every candidate has one, else the cost
+       model with software devices after the others.
+    """
     policy = policy if policy is not None else DevicePolicy.from_env()
-    chosen = checked_hint(graph, hint, policy, options)
-    return chosen if chosen is not None else fastest_device_for(graph, policy, calibrate=calibrate,
-                                                                options=options)
+    requested = requested_device(hint, policy)
+    if requested is not None:
+        dev, context = requested
+        block = blocker_for(graph, dev, policy, FULL, options)
+        if block is not None:
+            raise block.error(dev, context)
+        return DevicePick(dev, "requested" if hint is not None else "environment",
+                          "requested" if hint is not None else context)
+    devices = list(candidates) if candidates is not None else devices_for(graph, policy, FULL, options)
+    if not devices:
+        raise nothing_viable_error(graph, policy, options)
+    if len(devices) == 1:
+        return DevicePick(devices[0], "only", f"the only device that can run it under policy [{policy.describe()}]",
+                          ((devices[0], math.nan),))
+    benchmarked = False
+    if policy.benchmark_runs and measure is not None:
+        measured = graph_timings(graph, options)
+        missing = [d for d in devices if d not in measured]
+        if missing:
+            record_graph_timings(graph, dict(measure(missing)), options)
+            benchmarked = True
+    ranked, how, software, demoted = _ranking(graph, devices, policy, calibrate, options, FULL)
+    if benchmarked and how == "measured":
+        how = "benchmark"
+    return DevicePick(ranked[0][0], how, _pick_reason(ranked, how, software, demoted, graph, options, policy),
+                      tuple(ranked), tuple(software), tuple(demoted))
+
+
+def _pick_reason(ranked, how, software, demoted, graph, options, policy) -> str:
+    first = ranked[0][0]
+    tag = lambda d: " (software device)" if d in software else ""  # noqa: E731
+    if how in ("measured", "benchmark"):
+        measured = graph_timings(graph, options)
+        what = (f"benchmarked just now ({policy.benchmark_runs} runs each)" if how == "benchmark"
+                else "measured on this graph")
+        others = ", ".join(f"{d} {_fmt_ns(measured[d])}{tag(d)}" for d, _ in ranked[1:])
+        return f"fastest {what}: {_fmt_ns(measured[first])}; {others}"
+    others = ", ".join(f"{d} {_fmt_ns(t)}{tag(d)}" for d, t in ranked[1:])
+    text = f"cost model: est. {_fmt_ns(ranked[0][1])}; {others}"
+    if demoted:
+        names = ", ".join(map(str, demoted))
+        text += (f"; {names} ranked after the other devices: a software adapter is picked only when measured "
+                 f"faster on this graph ({policy.env_prefix}_BENCHMARK_PICK=N measures)")
+    return text
+
+
+def _fmt_ns(ns: float) -> str:
+    if ns is None or math.isnan(ns):
+        return "-"
+    if math.isinf(ns):
+        return "failed"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.0f} ns"
 
 
 def checked_hint(graph: Graph, hint: "Device | str | None", policy: DevicePolicy,
@@ -256,13 +468,18 @@ def device_report(graph: Graph | None = None, policy: DevicePolicy | None = None
     """One row per known device: registered, available, allowed, supports ``graph``, the
     blocker with its fix, advisory capabilities, and the cost model's estimate and pick.
 
-    Rows come viable-and-fastest first, then the others in platform priority. Cheap by
-    default: cheap probes, no calibration (cached figures are used when present).
+    Rows come viable-and-fastest first (the order :func:`rank_devices` picks in), then the
+    others in platform priority. Cheap by default: cheap probes, no calibration (cached
+    figures are used when present). ``software`` says whether a device is a software
+    adapter (known from a full probe, an adapter the process already opened -- checking a
+    graph's support opens wgpu's -- or a cached calibration; else None), and the detail
+    of one that is says so.
     """
     policy = policy if policy is not None else DevicePolicy.from_env()
     blockers = {Device(label): blocker_for(graph, label, policy, probe, options) for label in known_devices()}
     viable = [d for d, b in blockers.items() if b is None]
-    ranked = rank_devices(graph, viable, policy, calibrate=calibrate) if graph is not None else []
+    ranked = (rank_devices(graph, viable, policy, calibrate=calibrate, options=options, probe=probe)
+              if graph is not None else [])
     estimates = dict(ranked)
     best = ranked[0][0] if ranked else None
     order = [d for d, _ in ranked] + [d for d in blockers if d not in estimates]
@@ -276,16 +493,21 @@ def _row(dev: Device, block: Blocker | None, graph: Graph | None, recommended: b
     supports = None if graph is None or kind in (UNREGISTERED, UNAVAILABLE) else kind != UNSUPPORTED
     if kind == POLICY and graph is not None:  # still worth knowing whether it could run it
         supports = _support_blocker(graph, dev, entry, DevicePolicy.all(), options) is None
-    caps, detail = (), ""
+    caps, detail, software = (), "", None
     if entry is not None:
-        detail = entry.availability(full=probe == FULL).reason  # (the full probe names the adapter)
+        avail = entry.availability(full=probe == FULL)
+        detail = avail.reason  # (the full probe names the adapter)
+        software = software_status(dev, probe) if avail.ok else None
+        if software and "software" not in detail.lower():
+            detail = f"{detail} [software: emulated on the host CPU]".strip()
         if entry.backend is not None or kind not in (UNREGISTERED, UNAVAILABLE):
             try:
                 caps = tuple(sorted(entry.get().advisory_capabilities()))
             except PluginError:
                 caps = ()
-    figures = device_figures(dev, calibrate=calibrate).source if estimate is not None else None
+    figures = (device_figures(dev, calibrate=calibrate, software=bool(software)).source if estimate is not None
+               else None)
     return DeviceCandidate(dev, dev.label, entry is not None, kind not in (UNREGISTERED, UNAVAILABLE), supports,
                            recommended, block.reason if block else None, block.fix if block else None, caps,
                            entry.name if entry else None, entry.plugin if entry else None, detail, estimate,
-                           figures, kind, block.offending if block else ())
+                           figures, kind, block.offending if block else (), software)

@@ -30,8 +30,9 @@ from ..runtime.device import Device, parse_device
 from ..runtime.options import CompileOptions
 from ..runtime.registry import registry
 from ..runtime.session import CompiledGraph, Outputs, check_value, compile_graph, value_from_bytes
-from .devices import (FULL, Blocker, DeviceCandidate, blocker_for, device_report, devices_for, nothing_viable_error,
-                      rank_devices, requested_device)
+from .calibration import forget_graph_timings, record_graph_timings
+from .devices import (FULL, Blocker, DeviceCandidate, DevicePick, blocker_for, device_report, devices_for,
+                      nothing_viable_error, pick_device, rank_devices, requested_device)
 from .policy import DevicePolicy
 
 __all__ = ["GraphDevices", "DeviceBenchResult", "RunRecord", "benchmark_devices"]
@@ -99,7 +100,7 @@ class GraphDevices:
         self._slots: dict[Device, _Slot] = {}
         self._lock = threading.RLock()  # never held while taking a slot's lock
         self._pick_lock = threading.Lock()  # serializes the one-time benchmark pick
-        self._benchmark_winner: Device | None = None
+        self._pick: DevicePick | None = None
         self._devices: list[Device] | None = None
         self._ranked: list[Device] | None = None
         self.history: collections.deque[RunRecord] = collections.deque(maxlen=history_size)
@@ -130,11 +131,14 @@ class GraphDevices:
         return device_report(self.graph, self._policy, probe=probe, calibrate=self.calibrate, options=self.options)
 
     def fastest(self) -> Device:
-        """The cost model's pick among :meth:`devices` (no compile)."""
+        """The pick of :func:`rank_devices` among :meth:`devices` (no compile): the cost
+        model, software devices after the others, or measured times once every device has
+        one for this graph."""
         return self.ranked()[0]
 
     def ranked(self) -> list[Device]:
-        """:meth:`devices`, fastest first by the cost model; computed once."""
+        """:meth:`devices` in pick order (:func:`rank_devices`); computed once (again after a
+        benchmark)."""
         with self._lock:
             if self._ranked is not None:
                 return list(self._ranked)
@@ -142,29 +146,51 @@ class GraphDevices:
         if not devices:
             raise nothing_viable_error(self.graph, self._policy, self.options)
         ranked = devices if len(devices) == 1 else [
-            d for d, _ in rank_devices(self.graph, devices, self._policy, calibrate=self.calibrate)]
+            d for d, _ in rank_devices(self.graph, devices, self._policy, calibrate=self.calibrate,
+                                       options=self.options)]
         with self._lock:
             self._ranked = ranked
         return list(ranked)
 
     def resolve(self, hint: "Device | str | None" = None, inputs: Mapping[str, Any] | None = None) -> Device:
-        """hint -> ``PREFIX_DEVICE`` -> pick strategy. With a benchmark policy and ``inputs``,
-        the first resolve benchmarks every device and keeps the winner; otherwise cost model."""
+        """hint -> ``PREFIX_DEVICE`` -> pick strategy (see :meth:`pick`)."""
+        return self.pick(hint, inputs).device
+
+    def pick(self, hint: "Device | str | None" = None, inputs: Mapping[str, Any] | None = None) -> DevicePick:
+        """The device and why, as :func:`~rlx_core.select.devices.pick_device` decides (the
+        same code path as every other entry point), with this runner's viable devices, and
+        its :meth:`benchmark` on ``inputs`` for a benchmark policy: the first such pick times
+        every device not yet timed on this graph, later ones reuse the times. The pick is
+        cached until :meth:`invalidate_cache`; a hint is checked against the cached viable
+        devices (no probe per run)."""
         requested = requested_device(hint, self._policy)
         if requested is not None:
             dev, context = requested
             block = self._blocker(dev)
             if block is not None:
                 raise block.error(dev, context)
-            return dev
-        if self._policy.benchmark_runs and inputs is not None:
-            with self._pick_lock:
-                if self._benchmark_winner is None:
-                    results = [r for r in self.benchmark(inputs, self._policy.benchmark_runs) if r.ok]
-                    self._benchmark_winner = results[0].device if results else self.fastest()
-                    log.info("benchmark pick for graph '%s': %s", self.graph.name, self._benchmark_winner)
-                return self._benchmark_winner
-        return self.fastest()
+            return DevicePick(dev, "requested" if hint is not None else "environment",
+                              "requested" if hint is not None else context)
+        with self._lock:
+            if self._pick is not None:
+                return self._pick
+        benchmark = self._policy.benchmark_runs and inputs is not None
+        with self._pick_lock:
+            with self._lock:
+                if self._pick is not None:
+                    return self._pick
+            measure = (lambda devices: {r.device: r.median_ns if r.ok else float("inf")
+                                        for r in self.benchmark(inputs, self._policy.benchmark_runs, devices)}
+                       ) if benchmark else None
+            chosen = pick_device(self.graph, None, self._policy, options=self.options, calibrate=self.calibrate,
+                                 measure=measure, candidates=self.devices())
+            if chosen.how == "benchmark":
+                log.info("benchmark pick for graph '%s': %s", self.graph.name, chosen.device)
+            # Without inputs a benchmark policy falls back to the cost model for now: not final.
+            if not self._policy.benchmark_runs or chosen.how != "cost model":
+                with self._lock:
+                    self._pick = chosen
+            return chosen
 
     def resolve_chain(self, hint: "Device | str | None" = None) -> list[Device]:
         """The devices ``run_chain`` tries: the hint alone; else ``PREFIX_DEVICE_CHAIN``; else
@@ -261,13 +287,14 @@ class GraphDevices:
         return ok
 
     def invalidate_cache(self) -> None:
-        """Drop every compiled graph, the viable devices, their ranking and the benchmark pick
-        (params stay)."""
+        """Drop every compiled graph, the viable devices, their ranking, the pick and the
+        graph's measured run times (params stay)."""
         with self._lock:
             self._slots.clear()
             self._devices = None
             self._ranked = None
-            self._benchmark_winner = None
+            self._pick = None
+        forget_graph_timings(self.graph, self.options)
 
     # --- runs ----------------------------------------------------------------------------------
     def run(self, device: "Device | str", inputs: Mapping[str, Any] | None = None) -> Outputs:
@@ -342,11 +369,21 @@ class GraphDevices:
     # --- benchmark -------------------------------------------------------------------------------
     def benchmark(self, inputs: Mapping[str, Any] | None = None, runs: int = 20,
                   devices: Iterable["Device | str"] | None = None) -> list[DeviceBenchResult]:
-        """Time every viable device (or ``devices``); fastest median first, failures last."""
+        """Time every viable device (or ``devices``); fastest median first, failures last.
+
+        The medians (``inf`` for a failure) are recorded as this graph's measured run times
+        (:func:`~rlx_core.select.calibration.record_graph_timings`): once every viable device
+        has one, picks follow them (see ``rank_devices``)."""
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
             raise PolicyError(f"benchmark needs runs >= 1, got {runs!r}")
         targets = [parse_device(d) for d in devices] if devices is not None else self.devices()
         results = [self._bench_one(dev, inputs, runs) for dev in targets]
+        record_graph_timings(self.graph, {r.device: r.median_ns if r.ok else float("inf") for r in results},
+                             self.options)
+        with self._lock:
+            self._ranked = None
+            if self._pick is not None and self._pick.how not in ("requested", "environment", "only"):
+                self._pick = None
         return sorted(results, key=lambda r: (r.median_ns is None, r.median_ns or 0.0))
 
     def _bench_one(self, dev: Device, inputs, runs: int) -> DeviceBenchResult:

@@ -149,8 +149,12 @@ def test_benchmark_pick_runs_once_and_is_cached(fakes, helpers):
     assert runs_after_pick == 4  # one warm-up + 3 timed
     runner.run_resolved({"x": X})
     assert runner.last_run.device == CPU and runner.compile("gpu").executable.runs == runs_after_pick
-    runner.invalidate_cache()
-    assert runner._benchmark_winner is None
+    assert runner.pick().how == "benchmark" and "benchmarked just now (3 runs each)" in runner.pick().reason
+    other = GraphDevices(helpers.tanh_graph(), runner.policy)  # same graph: the times are reused
+    other.set_param("w", W)
+    assert other.resolve(inputs={"x": X}) == CPU and other.compiled_devices() == []
+    runner.invalidate_cache()  # conditions changed: measure again
+    assert runner.resolve(inputs={"x": X}) == CPU and runner.compile("gpu").executable.runs == 4
 
 
 def test_benchmark_results_sorted_with_failures_last(runner):

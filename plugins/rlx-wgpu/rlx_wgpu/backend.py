@@ -7,7 +7,7 @@ from rlx_core.errors import DeviceError
 from rlx_core.ir import Graph, Node
 from rlx_core.runtime import Availability, Backend, CompileOptions, Device
 
-from .gpu import PROFILES, adapter_summary, open_gpu
+from .gpu import PROFILES, open_gpu
 
 __all__ = ["WgpuBackend"]
 
@@ -31,8 +31,7 @@ class WgpuBackend(Backend):
             gpu = self.gpu
         except Exception as e:  # no adapter of this backend type, no driver, no wgpu
             return Availability(False, f"{type(e).__name__}: {e}")
-        profile = " (WebGPU spec-default limits, no optional features)" if self.profile.portable else ""
-        return Availability(True, adapter_summary(gpu.info) + profile, gpu.describe())
+        return Availability(True, gpu.summary(), gpu.describe())
 
     def supported_ops(self) -> Mapping[str, object]:
         from .support import supported_ops

@@ -6,7 +6,14 @@
   every large product on this adapter from then on;
 * ``memory_bw_gbps``: bytes read plus written per second by a streaming kernel;
 * ``roundtrip_overhead_ns``: one complete ``run`` of a one-element graph (write the
-  input, submit, map the output back), the fixed cost of any run.
+  input, submit, map the output back), the fixed cost of any run;
+* ``transfer_bw_gbps``: bytes written in plus read back per second by complete runs of
+  the streaming kernel, less its device time and the roundtrip: the bus of a discrete
+  GPU, the driver's copies on an integrated or software one;
+* ``software``: the adapter is a software rasterizer on the host CPU (lavapipe, llvmpipe,
+  SwiftShader, WARP; see ``rlx_wgpu.gpu.is_software``). Such an adapter is measured as
+  it is, on the same kernels, with a matmul of 512^3 instead of 4096^3 (it runs at CPU
+  speed); device selection never prefers it to the cpu device on these figures alone.
 
 Results are cached per profile and adapter in ``$XDG_CACHE_HOME/rlx`` (default
 ``~/.cache/rlx``) as ``wgpu-calib-<profile>-<adapter>.json``, written atomically; a
@@ -45,12 +52,15 @@ def cache_path(gpu: Gpu) -> Path:
 
 
 def load_calibration(gpu: Gpu) -> dict | None:
-    """The cached calibration of ``gpu``, or None when there is none (or it is corrupt)."""
+    """The cached calibration of ``gpu``, or None when there is none (or it is corrupt or
+    stale)."""
     try:
         data = json.loads(cache_path(gpu).read_text())
     except (OSError, ValueError):
         return None
     ok = isinstance(data, dict) and all(isinstance(data.get(k), (int, float)) and data[k] > 0 for k in KEYS)
+    # Files written before transfer and software were measured are stale.
+    ok = ok and isinstance(data.get("transfer_bw_gbps"), (int, float)) and isinstance(data.get("software"), bool)
     return data if ok and data.get("matmul_tile") in TILES else None
 
 
@@ -123,10 +133,27 @@ def _measure(gpu: Gpu, n: int, progress) -> dict:
         start = time.perf_counter_ns()
         tiny.run(feed)
         times.append(time.perf_counter_ns() - start)
-    return {"sgemm_gflops": measured[best], "memory_bw_gbps": bandwidth,
-            "roundtrip_overhead_ns": float(np.median(times)), "matmul_tile": best, "matmul_size": n,
-            "matmul_gflops_by_tile": measured, **{k: v for k, v in gpu.describe().items() if k != "profile"},
-            "profile": gpu.profile.label}
+    roundtrip = float(np.median(times))
+    progress(f"calibrate {gpu.profile.label}: memory {bandwidth:.1f} GB/s, roundtrip {roundtrip / 1e3:.0f} us")
+    transfer = _transfer_gbps(stream, size, device_seconds(gpu, stream), roundtrip)
+    return {"sgemm_gflops": measured[best], "memory_bw_gbps": bandwidth, "roundtrip_overhead_ns": roundtrip,
+            "transfer_bw_gbps": transfer, "matmul_tile": best, "matmul_size": n, "matmul_gflops_by_tile": measured,
+            **{k: v for k, v in gpu.describe().items() if k != "profile"}, "profile": gpu.profile.label}
+
+
+def _transfer_gbps(stream: WgpuExecutable, size: int, device_s: float, roundtrip_ns: float) -> float:
+    """Host <-> device copy rate of complete runs of ``stream`` (``size`` f32 in and out):
+    best of 3 runs, less the device time and the fixed roundtrip. At least 0.01 GB/s."""
+    feed = {"x0": np.random.default_rng(0).standard_normal(size).astype(np.float32)}
+    best = min(_wall_ns(stream, feed) for _ in range(3))
+    copy_ns = max(best - device_s * 1e9 - roundtrip_ns, best * 0.05, 1.0)
+    return max(8.0 * size / copy_ns, 0.01)
+
+
+def _wall_ns(exe: WgpuExecutable, feed: dict) -> float:
+    start = time.perf_counter_ns()
+    exe.run(feed)
+    return float(time.perf_counter_ns() - start)
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from rlx_core.errors import DeviceError, DeviceUnavailableError
 
 __all__ = ["Profile", "PROFILES", "SPEC_DEFAULT_LIMITS", "Gpu", "open_gpu", "find_adapter", "adapter_rank",
-           "adapter_summary"]
+           "adapter_summary", "is_software", "opened", "SOFTWARE_ADAPTERS"]
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,24 @@ def adapter_rank(info) -> tuple:
     return (_TYPE_RANK.get(info.get("adapter_type"), 4), _BACKEND_RANK.get(info.get("backend_type"), 4))
 
 
+# Drivers that implement a GPU API on the CPU (lower case, matched as words in the adapter
+# or driver name): they report adapter_type CPU, but not every wgpu version says so.
+SOFTWARE_ADAPTERS = ("lavapipe", "llvmpipe", "softpipe", "swiftshader", "microsoft basic render driver", "warp")
+_SOFTWARE_RE = re.compile(r"\b(" + "|".join(re.escape(n) for n in SOFTWARE_ADAPTERS) + r")\b")
+
+
+def is_software(info) -> bool:
+    """Whether an adapter is a software rasterizer running on the host CPU (lavapipe,
+    llvmpipe, SwiftShader, WARP, ...): its type is CPU, or its name says so."""
+    if info.get("adapter_type") == "CPU":
+        return True
+    return bool(_SOFTWARE_RE.search(f"{info.get('device') or ''} {info.get('description') or ''}".lower()))
+
+
 def adapter_summary(info) -> str:
     name, driver = info.get("device") or "unknown adapter", info.get("description") or "driver ?"
-    return f"{name} ({info.get('backend_type')}, {driver})"
+    software = " [software adapter: runs on the host CPU]" if is_software(info) else ""
+    return f"{name} ({info.get('backend_type')}, {driver}){software}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -132,12 +148,19 @@ class Gpu:
         return self.limits["max-compute-workgroup-storage-size"]
 
     def describe(self) -> dict:
-        """What device_report shows: adapter, driver, backend type and the key limits."""
+        """What device_report shows: adapter, driver, backend type, whether it is a software
+        adapter (``software``: the flag the core's device selection reads) and the key limits."""
         return {"adapter": self.info.get("device"), "vendor": self.info.get("vendor"),
                 "driver": self.info.get("description"), "backend_type": self.info.get("backend_type"),
-                "adapter_type": self.info.get("adapter_type"), "profile": self.profile.label,
+                "adapter_type": self.info.get("adapter_type"), "software": is_software(self.info),
+                "profile": self.profile.label,
                 "shader_f16": self.f16, "max_buffer_size": self.limits["max-buffer-size"],
                 "max_storage_binding": self.max_binding_bytes, "workgroup_storage": self.workgroup_bytes}
+
+    def summary(self) -> str:
+        """One line for reports: adapter, backend type, driver, software marker, profile."""
+        portable = " (WebGPU spec-default limits, no optional features)" if self.profile.portable else ""
+        return adapter_summary(self.info) + portable
 
     def tuned_matmul_tile(self) -> str | None:
         """The fastest large matmul tile measured by calibration on this adapter, if any."""
@@ -201,6 +224,13 @@ class Gpu:
 
 _OPEN: dict[str, Gpu] = {}
 _OPEN_LOCK = threading.Lock()
+
+
+def opened(label: str) -> Gpu | None:
+    """The opened device of profile ``label`` if this process has opened it, else None
+    (opens nothing)."""
+    with _OPEN_LOCK:
+        return _OPEN.get(label)
 
 
 def open_gpu(label: str) -> Gpu:

@@ -27,9 +27,19 @@ def _factory(label: str) -> BackendFactory:
     def probe() -> Availability:
         if label == "directx" and sys.platform != "win32":
             return Availability(False, "DirectX 12 exists only on Windows")
-        return Availability(True, "wgpu is installed")
+        gpu = _opened(label)
+        if gpu is not None:  # this process already opened the adapter: say which, for free
+            return Availability(True, gpu.summary(), gpu.describe())
+        return Availability(True, "wgpu is installed (adapter not opened yet: `rlx devices --probe full` names it "
+                                  "and says whether it is a software adapter)")
     return BackendFactory(name=BACKEND_NAMES[label], device=label, create=create, priority=100,
                           description=_DESCRIPTIONS[label], requires=("wgpu",), probe=probe)
+
+
+def _opened(label: str):
+    """The profile's opened device when ``rlx_wgpu.gpu`` is already imported (no import here)."""
+    gpu_module = sys.modules.get(f"{__package__}.gpu")
+    return gpu_module.opened(label) if gpu_module is not None else None
 
 
 @hookimpl
