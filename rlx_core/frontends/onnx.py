@@ -324,7 +324,8 @@ class _Importer:
             if known and node.op_type not in NOT_FOLDABLE and any(node.input):
                 outs = self._fold(node, env, conv)
             else:
-                outs = self._call(ConvertContext(self, g, node, env), conv)
+                with g.origin(node_label(node, self.opset)):
+                    outs = self._call(ConvertContext(self, g, node, env), conv)
             for name, v in zip(node.output, outs):
                 if name:
                     env[name] = v

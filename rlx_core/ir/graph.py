@@ -8,7 +8,8 @@ holds a shape that its rule disagrees with, and errors name the node being added
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -31,6 +32,24 @@ class Graph(*BUILDER_MIXINS):
         self.outputs: list[Ref] = []
         self._output_names: list[str | None] = []
         self._names: dict[str, int] = {}  # input/param name -> node id
+        # node id -> where the node came from in the user's model (``ONNX node 'eq1'
+        # (Equal, opset 17)``), for errors; not part of the graph's meaning or fingerprint.
+        self.origins: dict[int, str] = {}
+        self._origin: str | None = None
+
+    @contextmanager
+    def origin(self, text: str | None) -> Iterator[None]:
+        """Nodes added inside ``with g.origin("ONNX node 'eq1' (Equal)")`` record it."""
+        outer, self._origin = self._origin, text or self._origin
+        try:
+            yield
+        finally:
+            self._origin = outer
+
+    def describe(self, node: Node) -> str:
+        """``node.label``, plus its origin in the user's model when known."""
+        origin = self.origins.get(node.id)
+        return f"{node.label} ({origin})" if origin else node.label
 
     # --- building -------------------------------------------------------------------
     def add_node(self, kind: str, inputs: Sequence[Value | Ref] = (), attrs: dict[str, Any] | None = None,
@@ -57,6 +76,8 @@ class Graph(*BUILDER_MIXINS):
                                  f"{self.nodes[self._names[key]].label}")
             self._names[key] = node.id
         self.nodes.append(node)
+        if self._origin:
+            self.origins[node.id] = self._origin
         vals = tuple(Value(self, Ref(node.id, i)) for i in range(len(outs)))
         return vals[0] if len(vals) == 1 and not schema.meta.get("multi_output") else vals
 

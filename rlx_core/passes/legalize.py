@@ -31,7 +31,7 @@ def unsupported_nodes(graph: Graph, backend: "Backend", extra_kinds=(), path: st
     for node in graph.nodes:
         if node.kind in ("input", "param"):  # bound by the runtime, not run as ops
             continue
-        label = f"{path}{node.label}"
+        label = f"{path}{graph.describe(node)}"
         if node.kind not in table and node.kind not in extra_kinds:
             bad.append((label, f"op kind '{node.kind}' is not supported by backend '{backend.name}'"))
             continue

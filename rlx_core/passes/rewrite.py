@@ -24,9 +24,10 @@ def rebuild(graph: Graph, visit: Visit, finish: Callable[[Graph, list[Value]], l
     mapping: dict[Ref, Value] = {}
     for node in graph.nodes:
         ins = [mapping[r] for r in node.inputs]
-        outs = visit(new, node, ins)
-        if outs is None:
-            outs = copy_node(new, node, ins)
+        with new.origin(graph.origins.get(node.id)):  # replacements keep the node's origin
+            outs = visit(new, node, ins)
+            if outs is None:
+                outs = copy_node(new, node, ins)
         for i, v in enumerate(outs):
             mapping[Ref(node.id, i)] = v
     outs = [mapping[r] for r in graph.outputs]

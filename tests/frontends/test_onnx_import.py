@@ -142,3 +142,36 @@ def test_bad_models_raise_frontend_errors(ox, tmp_path):
         load_onnx(custom, constants={"nope": np.zeros(2)})
     with pytest.raises(FrontendError, match="initializers must be 'params' or 'constants'"):
         load_onnx(custom, initializers="weights")
+
+
+class _AddOnly:
+    """Just enough of a backend for legalize: it runs f32 `add` and nothing else."""
+
+    name = "add-only"
+
+    def supported_ops(self):
+        from rlx_core import DType
+        return {"add": frozenset({DType.F32}), "constant": None}
+
+    def check_node(self, node):
+        return None
+
+
+def test_compile_time_rejections_name_the_onnx_node(ox):
+    """An imported graph's unsupported node is named by its ONNX node as well as its IR
+    node, also after the precision pass has rebuilt the graph."""
+    from rlx_core.errors import UnsupportedOpError
+    from rlx_core.passes.legalize import legalize_for_backend
+    from rlx_core.passes.precision import apply_precision
+    model = ox.make_model([helper.make_node("Add", ["x", "x"], ["s"], name="node_add"),
+                           helper.make_node("Equal", ["ids", "ids"], ["y"], name="node_eq")],
+                          [("x", F, [4]), ("ids", TensorProto.INT64, [4])],
+                          [("s", F, [4]), ("y", TensorProto.BOOL, [4])])
+    graph = load_onnx(model).graph
+    for g in (graph, apply_precision(graph, "f16")):
+        with pytest.raises(UnsupportedOpError) as err:
+            legalize_for_backend(g, _AddOnly())
+        labels = [label for label, _ in err.value.offending]
+        assert all("(ONNX node 'node_" in label for label in labels if " cast" not in label), labels
+        assert any(" eq (ONNX node 'node_eq' (Equal, opset 18))" in label for label in labels), labels
+        assert "ONNX node 'node_eq'" in str(err.value)
