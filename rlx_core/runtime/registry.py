@@ -382,10 +382,12 @@ def unloaded_plugins_note() -> str:
     """``"; plugins not loaded: ..."`` naming installed plugins that failed or were disabled
     (for "unknown device" errors: the device may be theirs). Empty when there are none."""
     reg = _REGISTRY
-    bad = [r for r in reg.plugins if r.status != "loaded"] if reg is not None else []
-    if not bad:
-        return ""
-    return "; plugins not loaded: " + "; ".join(f"{r.name} ({r.label}) {r.status}: {r.error}" for r in bad)
+    plugins = reg.plugins if reg is not None else []
+    failed = [f"{r.name} ({r.label}) failed: {r.error}" for r in plugins if r.status == "failed"]
+    disabled = [r.name for r in plugins if r.status == "disabled"]
+    if disabled:
+        failed.append(f"not listed in RLX_PLUGINS: {', '.join(disabled)}")
+    return "; plugins not loaded: " + "; ".join(failed) if failed else ""
 
 
 def _names_for_device(label: str) -> set[str]:
