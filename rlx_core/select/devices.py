@@ -47,9 +47,9 @@ When only software devices can run a graph, they are ranked by the cost model as
 
 Plugins: ``BackendFactory.create()`` and ``advisory_capabilities()`` must not import a
 heavy library (import it in ``is_available`` or ``compile``): the report calls them for
-every registered device. Given a graph, the report also asks each available backend for
-``supported_ops()``; a plugin whose table depends on the hardware (wgpu: adapter
-features) pays for its import there, and only there.
+every registered device. The registry checks ``supported_ops()`` when it creates a backend
+(``check_supported_ops``), so a plugin whose table depends on the hardware (wgpu: adapter
+features) pays for its import then, also in a cheap report.
 """
 from __future__ import annotations
 
