@@ -413,6 +413,8 @@ def test_every_plugin_in_this_repository_declares_the_plugin_api():
     ("cuda", 'pip install "rlx-cuda[cuda12]" (or "rlx-cuda[cuda13]" for a CUDA 13 driver)'),
     ("nvidia:1", 'pip install "rlx-cuda[cuda12]" (or "rlx-cuda[cuda13]" for a CUDA 13 driver)'),
     ("tpu", 'pip install "rlx-core[tpu]"'),
+    ("onnx", 'pip install "rlx-core[onnx]"'),
+    ("plot", 'pip install "rlx-core[plot]"'),
 ])
 def test_install_hints_are_exact(device, hint, monkeypatch):
     monkeypatch.delenv("RLX_DISABLE_PLUGIN_AUTOLOAD", raising=False)

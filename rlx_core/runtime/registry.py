@@ -351,14 +351,20 @@ _INSTALL = {"rlx-cpu": 'pip install "rlx-core[cpu]"',
             "rlx-cuda": 'pip install "rlx-cuda[cuda12]" (or "rlx-cuda[cuda13]" for a CUDA 13 driver)',
             "rlx-tpu": 'pip install "rlx-core[tpu]"',
             "rlx-wgpu": 'pip install "rlx-core[wgpu]"'}
+# Optional features of rlx-core itself -> the command that installs them.
+_FEATURES = {"onnx": 'pip install "rlx-core[onnx]"',  # onnx, and onnxruntime for `rlx run --check`
+             "plot": 'pip install "rlx-core[plot]"'}
 
 
 def install_hint(device: "Device | str | None" = None, reg: "Registry | None" = None) -> str:
     """What to do so that a plugin serves ``device`` (default ``cpu``): the error of an
     installed plugin for it that failed to load (or why it was not loaded), else the exact
     ``pip install`` command of the plugin published for it, else that none is published.
-    Every "install a plugin" message in rlx-core comes from here."""
+    ``install_hint("onnx")`` / ``install_hint("plot")``: the command for those features.
+    Every "install ..." message in rlx-core comes from here."""
     text = str(device or "cpu").strip().lower()
+    if text in _FEATURES:
+        return _FEATURES[text]
     label = lookup_label(text.partition(":")[0]) or text
     reg = reg if reg is not None else _REGISTRY
     rec = reg.unloaded_plugin_for(label) if reg is not None else None
