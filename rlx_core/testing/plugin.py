@@ -136,9 +136,10 @@ class _Coverage:
         self.missing: dict[str, dict] = {}
 
     def add_case(self, rec: dict, outcome: str) -> None:
-        pair = self.pairs.setdefault(rec["target"], {}).setdefault(
-            (rec["kind"], rec["dtype"]), {"claimed": rec["claimed"], "outcomes": set()})
-        pair["outcomes"].add(outcome)
+        pairs = self.pairs.setdefault(rec["target"], {})
+        if rec["claimed"] is not None:  # None: the case ran no op of its kind
+            pair = pairs.setdefault((rec["kind"], rec["dtype"]), {"claimed": rec["claimed"], "outcomes": set()})
+            pair["outcomes"].add(outcome)
         counts = self.cases.setdefault(rec["target"], {})
         counts[outcome] = counts.get(outcome, 0) + 1
 

@@ -42,9 +42,12 @@ def check_case(session: Session, case: Case, record: dict | None = None) -> None
     """Compile ``case`` on ``session``'s backend and compare it with the reference.
 
     A case the backend does not support must raise ``UnsupportedOpError`` at compile
-    time; it then skips (``record["outcome"] = "rejected"`` when a dict is given).
+    time; it then skips (``record["outcome"] = "rejected"`` when a dict is given;
+    ``record["claimed"] = None`` when the graph has no node of the case's kind).
     """
     g = build_case(case)
+    if record is not None and (case.kind in ("input", "param") or case.kind not in g.kinds()):
+        record["claimed"] = None  # exercises the runtime, not an op (e.g. a cast to its own dtype)
     bad = unsupported_nodes(g, session.backend, registry().op_kernels(session.backend.name))
     if bad:
         with pytest.raises(UnsupportedOpError):
@@ -134,29 +137,27 @@ def resolve_target(device: str | None, backend: str | None) -> Target:
 def _resolve(reg, device: str | None, backend: str | None) -> Target:
     from ..errors import DeviceError, PolicyError
     from ..runtime.device import parse_device
-    wanted = " ".join(filter(None, [f"backend '{backend}'" if backend else "",
-                                    f"{'on ' if backend else ''}device '{device}'" if device else ""]))
+    wanted = f"{backend or 'the backend'} on {device or 'its device'}"
     dev = None
     if device is not None:
         try:
             dev = parse_device(device)
         except DeviceError as e:
-            return Target(wanted, problem="not-found", reason=f"{e}{_plugin_problems(reg)}")
+            return _not_found(reg, wanted, str(e), backend, device)
     if backend is not None:
         found = [e for entries in reg.entries.values() for e in entries
                  if e.name == backend and (dev is None or e.device.label == dev.label)]
         if not found:
             served = ", ".join(f"{e.name} on {e.device}" for es in reg.entries.values() for e in es) or "none"
             where = f" serving device '{dev.label}'" if dev else ""
-            return Target(wanted, problem="not-found",
-                          reason=f"no installed plugin provides a backend named '{backend}'{where} "
-                                 f"(backends here: {served}){_plugin_problems(reg)}")
+            return _not_found(reg, wanted, f"no installed plugin provides a backend named '{backend}'{where} "
+                                           f"(backends here: {served})", backend, device)
         entry = found[0]
     else:
         try:
             entry = reg.entry(dev)
         except (DeviceError, PolicyError) as e:
-            return Target(wanted, problem="not-found", reason=f"{e}{_plugin_problems(reg)}")
+            return _not_found(reg, wanted, str(e), backend, device)
     label = f"{entry.name} on {dev or entry.device}"
     avail = entry.availability()
     if entry.error:
@@ -173,13 +174,28 @@ def _resolve(reg, device: str | None, backend: str | None) -> Target:
     return Target(label, session=session)
 
 
-def _plugin_problems(reg) -> str:
-    bad = [p for p in reg.plugins if p.status != "loaded"]
-    if not bad:
-        return ""
-    return "; " + "; ".join(
-        f"plugin '{p.name}' ({p.origin}{', ' + p.distribution + ' ' + (p.version or '') if p.distribution else ''}) "
-        f"{'failed to load' if p.status == 'failed' else p.status}: {p.error}" for p in bad)
+def _not_found(reg, label: str, message: str, backend: str | None, device: str | None) -> Target:
+    """No backend to test: blame the plugin that should have served it when one failed to
+    load or was filtered out (matched by entry-point or distribution name), else list
+    every plugin that did not load."""
+    names = {_norm(n) for n in (backend, device) if n}
+    names |= {f"rlx-{n}" for n in names}
+    own = [p for p in reg.plugins if p.status != "loaded" and names & {_norm(p.name), _norm(p.distribution or "")}]
+    if own:
+        problem = "load" if any(p.status == "failed" for p in own) else "not-found"
+        return Target(label, problem=problem, reason="; ".join(_describe_plugin(p) for p in own))
+    others = [_describe_plugin(p) for p in reg.plugins if p.status != "loaded" and p.error not in message]
+    return Target(label, problem="not-found", reason=message + "".join(f"; {o}" for o in others))
+
+
+def _describe_plugin(p) -> str:
+    dist = f", {p.distribution} {p.version or ''}".rstrip() if p.distribution else ""
+    what = "failed to load" if p.status == "failed" else p.status
+    return f"plugin '{p.name}' ({p.origin}{dist}) {what}: {p.error}"
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
 
 
 # --- the suite ----------------------------------------------------------------------------
