@@ -188,7 +188,8 @@ def _setup_bench(p):
 
 
 def cmd_bench(args) -> int:
-    """Time a graph on every viable device next to the cost model's estimate; optional plot."""
+    """Time a graph on every viable device next to the cost model's estimate and the
+    automatic pick (the RLX_* policy, as `rlx run` and the API pick); optional plot."""
     from .select import DevicePolicy, GraphDevices, estimate_device_ns, parse_device_list
     from .select.workloads import random_feeds, workload_names
     if args.list:
@@ -202,18 +203,20 @@ def cmd_bench(args) -> int:
     runner = GraphDevices(graph, DevicePolicy.from_env())
     runner.set_params(params)
     devices = list(parse_device_list(args.devices, "--devices")) if args.devices else None
+    pick = runner.pick()  # before measuring: what a run would get now (hint, RLX_DEVICE or the cost model)
     results = runner.benchmark(inputs, args.runs, devices)
     estimates = {r.device: estimate_device_ns(graph, r.device) for r in results}
     if args.json:
         print(json.dumps([{"device": r.label, "median_ns": r.median_ns, "min_ns": r.min_ns, "runs": r.runs,
                            "compile_ns": r.compile_ns, "estimate_ns": estimates.get(r.device),
-                           "error": r.error} for r in results], indent=2))
+                           "picked": r.device == pick.device, "error": r.error} for r in results], indent=2))
     else:
         print(f"graph '{graph.name}': {len(graph)} nodes, {args.runs} runs per device")
-        print(format_table(["device", "median", "min", "compile", "cost model", "note"],
+        print(f"pick: {pick.device} ({pick.reason})")
+        print(format_table(["device", "median", "min", "compile", "cost model", "pick", "note"],
                            [(r.label, _duration(r.median_ns), _duration(r.min_ns), _duration(r.compile_ns),
-                             _duration(estimates.get(r.device)), r.error or ("fastest" if i == 0 else ""))
-                            for i, r in enumerate(results)]))
+                             _duration(estimates.get(r.device)), "*" if r.device == pick.device else "",
+                             r.error or ("fastest" if i == 0 else "")) for i, r in enumerate(results)]))
     if args.plot:
         _plot(graph.name, results, estimates, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)

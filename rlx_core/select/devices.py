@@ -192,8 +192,11 @@ def software_detail(detail: Mapping | None) -> bool | None:
 
 def software_status(device: "Device | str", probe: str = FULL) -> bool | None:
     """Whether ``device`` is a software device, from its probe's detail, else from its cached
-    calibration; None when neither says (a cheap probe of a device never calibrated)."""
+    calibration; None when neither says (a cheap probe of a device never calibrated). The
+    ``cpu`` device is what software devices are compared with: never software."""
     dev = parse_device(device)
+    if dev.label == "cpu":
+        return False
     entry = _entry(dev)
     if entry is None:
         return None

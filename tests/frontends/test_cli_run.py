@@ -92,3 +92,59 @@ def test_run_needs_neither_torch_nor_onnxruntime(model_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "probs   4x3    float32" in done.stdout
+
+
+@pytest.fixture
+def torch_mlp(tmp_path):
+    """The issue's model: a torch MLP (64-256-10, batch 8) exported to ONNX."""
+    torch = pytest.importorskip("torch")
+    import warnings
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).eval()
+    path = tmp_path / "mlp.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's deprecation warning
+        torch.onnx.export(module, (torch.randn(8, 64),), str(path), dynamo=False, input_names=["x"],
+                          output_names=["y"])
+    return path
+
+
+def test_auto_never_picks_a_software_gpu_over_the_cpu(torch_mlp, capsys, monkeypatch, tmp_path, fresh_registry):
+    """Every installed plugin, the default policy: on a machine whose GPU devices are a
+    software adapter (lavapipe here), `rlx run` (auto) runs the MLP on cpu; so do
+    RLX_DEVICES=cpu and the issue's RLX_DEVICES=cpu RLX_DEVICE=cpu."""
+    from rlx_core.select import devices_for, is_software
+    for name in ("RLX_PLUGINS", "RLX_DEVICES", "RLX_DENY_DEVICES", "RLX_PREFER_DEVICES", "RLX_DEVICE",
+                 "RLX_BENCHMARK_PICK", "RLX_TPU_PLATFORM"):  # (tpu on XLA:CPU is not a software GPU)
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert main(["run", str(torch_mlp), "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    picked = re.search(r"^device  (\S+) \((.*)\)$", out, re.M)
+    from rlx_core.frontends.onnx import load_onnx
+    viable = devices_for(load_onnx(str(torch_mlp)).graph)
+    software = [d.label for d in viable if is_software(d)]
+    hardware = [d.label for d in viable if not is_software(d)]
+    assert picked.group(1) in hardware and picked.group(2).startswith("auto: cost model")
+    if hardware == ["cpu"]:
+        assert picked.group(1) == "cpu"
+    for label in software:  # named as such in the reason
+        assert f"{label} " in picked.group(2) and "(software device)" in picked.group(2)
+    monkeypatch.setenv("RLX_DEVICES", "cpu")
+    assert main(["run", str(torch_mlp), "--repeat", "1"]) == 0
+    assert "device  cpu (auto: the only device that can run it under policy [allow=cpu" in capsys.readouterr().out
+    monkeypatch.setenv("RLX_DEVICE", "cpu")
+    assert main(["run", str(torch_mlp), "--repeat", "1"]) == 0
+    assert "device  cpu (RLX_DEVICE=cpu)" in capsys.readouterr().out
+
+
+def test_policy_variables_reach_rlx_run(model_path, capsys, monkeypatch, fresh_registry):
+    monkeypatch.setenv("RLX_PLUGINS", "cpu")
+    monkeypatch.setenv("RLX_DENY_DEVICES", "cpu")
+    assert main(["run", str(model_path), "--shape", "x=1,8"]) == 1
+    err = capsys.readouterr().err
+    assert "no device can run graph" in err and "cpu: denied by DevicePolicy" in err
+    monkeypatch.delenv("RLX_DENY_DEVICES")
+    monkeypatch.setenv("RLX_DEVICE", "cuda")
+    assert main(["run", str(model_path), "--shape", "x=1,8"]) == 1
+    assert "RLX_DEVICE=cuda: device 'cuda' cannot be used" in capsys.readouterr().err
