@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-. .venv/bin/activate
+. "${RLX_VENV:-.venv}/bin/activate"
 rlx demo "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a development environment on a fresh machine (Debian + Python >= 3.10):
-# a virtualenv in .venv with rlx-core and every plugin under plugins/ installed editable.
+# a virtualenv in .venv (or $RLX_VENV) with rlx-core and every plugin under plugins/ installed editable.
 #   scripts/setup.sh          runtime only
 #   scripts/setup.sh test     plus the test dependencies
 set -euo pipefail
@@ -17,8 +17,9 @@ if [ -f scripts/apt-packages.txt ] && command -v apt-get >/dev/null; then
 fi
 
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-. .venv/bin/activate
+VENV=${RLX_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+. "$VENV/bin/activate"
 pip install -q --upgrade pip setuptools wheel
 if [ "${1:-}" = test ]; then
   # torch's CPU build is pinned first: an unpinned torch resolves to a multi-GB CUDA build.

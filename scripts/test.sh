@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh test
-. .venv/bin/activate
+. "${RLX_VENV:-.venv}/bin/activate"
 python -m pytest -q -n "${RLX_TEST_WORKERS:-2}" tests plugins "$@"
