@@ -197,3 +197,15 @@ registry().entry("cpu").availability(full=False)
 print(json.dumps({"numba": "numba" in sys.modules}))
 """)
     assert res["numba"] is False
+
+
+def test_a_device_equals_its_label_string_and_hashes_like_it():
+    """``Device.CPU == "cpu"`` (the canonical label, index included); aliases parse but are
+    not equal, so equality with strings agrees with their hashes."""
+    from rlx_core.runtime.device import parse_device
+    assert Device.CPU == "cpu" and "cpu" == Device.CPU and Device("cuda", 1) == "cuda:1"
+    assert Device("cuda", 1) != Device.CUDA and Device.CUDA != "cuda:1" and Device.CUDA != "nvidia"
+    assert parse_device("nvidia") == Device.CUDA == "cuda"
+    assert "cpu" in {Device.CPU} and Device.CPU in {"cpu": 1} and hash(Device("cuda", 1)) == hash("cuda:1")
+    assert Device.CPU != 0 and sorted([Device.CUDA, Device.CPU]) == [Device.CPU, Device.CUDA]
+    assert [Device.METAL, Device.ANE, Device.GPU] == ["metal", "ane", "gpu"]

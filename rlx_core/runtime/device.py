@@ -49,7 +49,14 @@ DEVICE_PRIORITY = tuple(_BUILTIN)
 
 @dataclass(frozen=True, order=True)
 class Device:
-    """A device kind plus index: ``Device("cuda", 1)``; ``Device.CUDA`` is index 0."""
+    """A device kind plus index: ``Device("cuda", 1)``; ``Device.CUDA`` is index 0.
+
+    A Device equals its label string, ``str(device)``: ``Device.CPU == "cpu"`` and
+    ``Device("cuda", 1) == "cuda:1"``, and it hashes like that string, so either form
+    finds it in a set or dict. Aliases parse (``parse_device("nvidia")``) but do not
+    compare equal (``Device.CUDA != "nvidia"``): equality with a string must agree
+    with the string's hash.
+    """
 
     label: str
     index: int = 0
@@ -74,6 +81,16 @@ class Device:
 
     def __str__(self) -> str:
         return self.label if self.index == 0 else f"{self.label}:{self.index}"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, Device):
+            return (self.label, self.index) == (other.label, other.index)
+        if isinstance(other, str):
+            return str(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
 
     def __repr__(self) -> str:
         return f"Device({str(self)!r})"

@@ -42,7 +42,6 @@ import re
 import threading
 import traceback
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, Iterable
 
 import pluggy
@@ -163,6 +162,7 @@ class Registry:
             log.warning("%s", warning)
 
     def _load_entry_points(self) -> None:
+        from importlib import metadata  # ~10 ms: paid when plugins load, not at import
         eps = sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
         records = []
         for ep in eps:
