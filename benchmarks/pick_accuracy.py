@@ -1,13 +1,19 @@
-"""Pick accuracy of the cost model.
+"""Pick accuracy of the automatic device pick.
 
 Over a sweep of graphs (``rlx_core.select.workloads.sweep()``: matmul 16..2048, elementwise
-chains, residual and MLP blocks, two transformer blocks, two FFTs), on every device
-available here, this measures each viable device and checks whether the device the
-cost model picks (calibrated figures, no benchmarking) runs within 10% of the measured
-fastest (best run of each device; see ``measure``). Target: >= 90% of graphs.
+chains, residual and MLP blocks, two transformer blocks, two FFTs) and of imported ONNX
+models (torch modules exported with ``torch.onnx.export`` into a temporary folder at run
+time: two MLPs, a CNN, a transformer encoder layer, a GPT-2 block; see ``ONNX_MODELS``),
+on every device available here, this measures each viable device and checks whether the
+device the automatic pick chooses (``GraphDevices.fastest()``: the cost model on
+calibrated figures, software adapters after the others, no benchmarking) runs within 10%
+of the measured fastest (best run of each device; see ``measure``). Target: >= 90% of
+graphs. For the ONNX models the device ``rlx run MODEL.onnx`` picks (the CLI itself, run
+in this process) is scored the same way.
 
     python benchmarks/pick_accuracy.py                  # installed plugins only
     python benchmarks/pick_accuracy.py --torch          # + torch adapters (see below)
+    python benchmarks/pick_accuracy.py --onnx none      # the built-in sweep only
 
 ``--torch`` registers benchmark-local backends that run graphs op by op through torch:
 ``torch`` (host CPU) and, where torch sees a GPU, ``cuda``. They are stand-ins to give
@@ -37,17 +43,22 @@ if "--threads" in sys.argv[:-1]:
         os.environ[_var] = _threads
 
 import argparse  # noqa: E402  (the thread settings must precede numpy and torch)
+import contextlib  # noqa: E402
 import importlib  # noqa: E402
+import io  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
+import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 from rlx_core import evaluate  # noqa: E402
-from rlx_core.runtime import (Availability, Backend, BackendFactory, ExecutableGraph, hookimpl,  # noqa: E402
-                              register_device)
+from rlx_core.runtime import (Availability, Backend, BackendFactory, Device, ExecutableGraph,  # noqa: E402
+                              hookimpl, register_device)
 from rlx_core.runtime.registry import register_backends, registry  # noqa: E402
 from rlx_core.select import DevicePolicy, GraphDevices, calibrate, graph_cost, rank_devices  # noqa: E402
 from rlx_core.select.workloads import build, random_feeds, sweep  # noqa: E402
@@ -138,6 +149,116 @@ class TorchAdapters:
         return [BackendFactory(b.name, b.device, lambda b=b: b, priority=-1, requires=("torch",)) for b in backends]
 
 
+# --- imported ONNX models (torch exports) ----------------------------------------------------------
+def _torch_models() -> dict:
+    """name -> (module, example input dims); built on call (torch imported here)."""
+    import math
+    import torch
+    nn = torch.nn
+
+    class CNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                                          nn.MaxPool2d(2), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                                          nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU())
+            self.head = nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.head(self.features(x).mean(dim=(2, 3)))
+
+    class Encoder(nn.Module):
+        """torch's TransformerEncoderLayer, called with explicit masks (its defaults trip the
+        TorchScript tracer)."""
+
+        def __init__(self, d, heads, ffn):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(d, heads, ffn, dropout=0.0, batch_first=True)
+
+        def forward(self, x):
+            return self.layer(x, src_mask=None, is_causal=False)
+
+    class GPT2Block(nn.Module):
+        def __init__(self, d=64, heads=4, ctx=32):
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.register_buffer("causal", torch.tril(torch.ones(ctx, ctx, dtype=torch.bool)))
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+            probs = scores.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(-1)
+            x = x + self.proj((probs @ v).transpose(1, 2).reshape(b, s, d))
+            return x + self.out(nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    def mlp(*sizes):
+        layers = []
+        for a, b in zip(sizes, sizes[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        return nn.Sequential(*layers[:-1])
+
+    return {
+        "onnx-mlp-8x64-256-10": (mlp(64, 256, 10), (8, 64)),
+        "onnx-mlp-64x784-512-512-10": (mlp(784, 512, 512, 10), (64, 784)),
+        "onnx-cnn-1x3x64x64": (CNN(), (1, 3, 64, 64)),
+        "onnx-encoder-1x64x128": (Encoder(128, 4, 512), (1, 64, 128)),
+        "onnx-gpt2-1x32x64": (GPT2Block(64, 4, 32), (1, 32, 64)),
+    }
+
+
+ONNX_MODELS = ("onnx-mlp-8x64-256-10", "onnx-mlp-64x784-512-512-10", "onnx-cnn-1x3x64x64", "onnx-encoder-1x64x128",
+               "onnx-gpt2-1x32x64")
+
+
+def export_onnx_models(names, folder: Path) -> list[tuple[str, Path]]:
+    """Export the torch modules ``names`` (eval mode, seeded weights, fixed shapes) to
+    ``folder/<name>.onnx`` with the TorchScript exporter."""
+    import torch
+    torch.manual_seed(0)
+    models = _torch_models()
+    unknown = set(names) - set(models)
+    if unknown:
+        raise SystemExit(f"unknown ONNX model(s) {sorted(unknown)}; known: {', '.join(models)}")
+    out = []
+    for name in names:
+        module, dims = models[name]
+        path = folder / f"{name}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the exporter's deprecation and tracer warnings
+            torch.onnx.export(module.eval(), (torch.randn(*dims),), str(path), dynamo=False, opset_version=17,
+                              input_names=["x"], output_names=["y"])
+        out.append((name, path))
+    return out
+
+
+def load_case(path: Path):
+    """``(graph, inputs, params)`` of an exported model, imported as ``rlx run`` imports it."""
+    import onnx
+    from rlx_core.cli_run import _feeds
+    from rlx_core.frontends.onnx import load_onnx_for
+    proto = onnx.load(str(path))
+    feeds = _feeds(proto, {}, {}, 0)
+    model = load_onnx_for(proto, feeds)
+    return model.graph, {n: feeds[n] for n in model.input_names}, dict(model.params)
+
+
+def rlx_run_pick(path: Path) -> str:
+    """The device ``rlx run PATH`` picks (the CLI, in this process, one run)."""
+    from rlx_core.cli import main as rlx_main
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = rlx_main(["run", str(path), "--repeat", "0"])
+    found = re.search(r"^device  (\S+) \(", out.getvalue(), re.M)
+    if code != 0 or found is None:
+        raise SystemExit(f"rlx run {path} failed (exit {code}):\n{out.getvalue()}")
+    return found.group(1)
+
+
 # --- the measurement -----------------------------------------------------------------------------
 def ensure_cpu_plugin() -> None:
     """Register the CPU plugin by hand where it is importable but not installed."""
@@ -186,26 +307,38 @@ def check_outputs(runner: GraphDevices, graph, inputs, params) -> None:
                                  f"{np.max(np.abs(np.asarray(got) - ref))}")
 
 
-def run_sweep(specs, max_runs: int, budget_s: float) -> list[dict]:
+def run_sweep(specs, max_runs: int, budget_s: float, onnx_paths=()) -> list[dict]:
+    """One row per workload spec, then per ``(name, path)`` of an exported ONNX model."""
     rows = []
-    for spec in specs:
-        graph = build(spec)
-        inputs, params = random_feeds(graph)
+    cases = [(spec, None) for spec in specs] + list(onnx_paths)
+    for name, path in cases:
+        if path is None:
+            graph = build(name)
+            inputs, params = random_feeds(graph)
+        else:
+            graph, inputs, params = load_case(path)
         runner = GraphDevices(graph, DevicePolicy.from_env())
         runner.set_params(params)
         check_outputs(runner, graph, inputs, params)
         estimates = dict(rank_devices(graph, runner.devices(), runner.policy, calibrate=True))
-        pick = runner.fastest()
+        pick = runner.fastest()  # both picks before measuring: measured times would decide them
+        cli_pick = rlx_run_pick(path) if path is not None else None
         timings = measure(runner, inputs, max_runs, budget_s)
         measured = {d: t[0] for d, t in timings.items()}
         best = min(measured, key=measured.get)
         ratio = measured[pick] / measured[best]
-        rows.append({"graph": spec, "nodes": len(graph), "gflop": graph_cost(graph).flops / 1e9,
-                     "devices": {str(d): {"estimate_ns": estimates[d], "measured_ns": t[0], "median_ns": t[1]}
-                                 for d, t in timings.items()},
-                     "pick": str(pick), "fastest": str(best), "pick_vs_fastest": ratio,
-                     "within": ratio <= 1 + TOLERANCE})
-        print(f"{spec:24s} pick {pick!s:6s} fastest {best!s:6s} ratio {ratio:5.2f} "
+        row = {"graph": name, "source": "onnx" if path is not None else "workload", "nodes": len(graph),
+               "gflop": graph_cost(graph).flops / 1e9,
+               "devices": {str(d): {"estimate_ns": estimates[d], "measured_ns": t[0], "median_ns": t[1]}
+                           for d, t in timings.items()},
+               "pick": str(pick), "fastest": str(best), "pick_vs_fastest": ratio, "within": ratio <= 1 + TOLERANCE}
+        if cli_pick is not None:
+            cli_ratio = measured[Device(cli_pick)] / measured[best]
+            row.update({"rlx_run_pick": cli_pick, "rlx_run_vs_fastest": cli_ratio,
+                        "rlx_run_within": cli_ratio <= 1 + TOLERANCE})
+        rows.append(row)
+        print(f"{name:28s} pick {pick!s:6s} " + (f"rlx run {cli_pick:6s} " if cli_pick else "")
+              + f"fastest {best!s:6s} ratio {ratio:5.2f} "
               + "  ".join(f"{d}: est {measured_fmt(estimates[d])} meas {measured_fmt(measured[d])}"
                           for d in measured), flush=True)
     return rows
@@ -219,10 +352,13 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
     score = sum(r["within"] for r in rows) / len(rows)
     contested = [r for r in rows if len(r["devices"]) > 1]
     devices = sorted({d for r in rows for d in r["devices"]})
+    imported = [r for r in rows if r.get("source") == "onnx"]
+    cli = [r for r in imported if "rlx_run_pick" in r]
     meta = {"command": command, "host": platform.node(), "platform": platform.platform(),
             "python": platform.python_version(), "cpus": os.cpu_count(), "devices": devices,
             "load_avg_1min_start_end": loads, "tolerance": TOLERANCE, "target": TARGET, "graphs": len(rows),
-            "contested_graphs": len(contested),
+            "contested_graphs": len(contested), "onnx_models": len(imported),
+            "rlx_run_within": sum(r["rlx_run_within"] for r in cli), "rlx_run_scored": len(cli),
             "pick_accuracy": score, "calibrations": calibrations}
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
@@ -231,19 +367,26 @@ def write_results(rows: list[dict], calibrations: list[dict], out: Path, command
              f"start, {loads[1]:.1f} at the end); devices: {', '.join(devices)}.\n",
              "<!-- summary -->",
              f"**{sum(r['within'] for r in rows)}/{len(rows)} graphs ({score:.0%})** ran on a device within "
-             f"{TOLERANCE:.0%} of the measured fastest (target >= {TARGET:.0%}); "
-             f"{len(contested)} graph(s) had more than one viable device (devices: {', '.join(devices)}; "
+             f"{TOLERANCE:.0%} of the measured fastest (target >= {TARGET:.0%}): {len(rows) - len(imported)} "
+             f"built-in workloads and {len(imported)} imported ONNX models (torch exports)"
+             + (f"; `rlx run` picked such a device for {sum(r['rlx_run_within'] for r in cli)}/{len(cli)} of the "
+                f"ONNX models" if cli else "")
+             + f". {len(contested)} graph(s) had more than one viable device (devices: {', '.join(devices)}; "
              f"per-graph estimates and measurements: "
              f"[{Path(out).name}.md](benchmarks/results/{Path(out).name}.md)).",
              "<!-- /summary -->\n",
-             "Measured = best run over 3 interleaved rounds (medians are in the JSON).\n",
-             "| graph | nodes | GFLOP | pick | fastest | pick/fastest | " + " | ".join(
+             "Measured = best run over 3 interleaved rounds (medians are in the JSON). *pick*: the automatic "
+             "pick of the API (`GraphDevices.fastest()`, the same as `fastest_device_for`); *rlx run*: the device "
+             "`rlx run MODEL.onnx` chose (ONNX models only).\n",
+             "| graph | nodes | GFLOP | pick | rlx run | fastest | pick/fastest | " + " | ".join(
                  f"{d} est / measured" for d in devices) + " |",
-             "|---|---|---|---|---|---|" + "---|" * len(devices)]
+             "|---|---|---|---|---|---|---|" + "---|" * len(devices)]
     for r in rows:
         cells = [f"{measured_fmt(r['devices'][d]['estimate_ns'])} / {measured_fmt(r['devices'][d]['measured_ns'])}"
                  if d in r["devices"] else "-" for d in devices]
-        lines.append(f"| {r['graph']} | {r['nodes']} | {r['gflop']:.3g} | {r['pick']} | {r['fastest']} | "
+        cli_cell = "-" if "rlx_run_pick" not in r else r["rlx_run_pick"] + ("" if r["rlx_run_within"] else
+                                                                           f" ({r['rlx_run_vs_fastest']:.2f}, miss)")
+        lines.append(f"| {r['graph']} | {r['nodes']} | {r['gflop']:.3g} | {r['pick']} | {cli_cell} | {r['fastest']} | "
                      f"{r['pick_vs_fastest']:.2f}{'' if r['within'] else ' (miss)'} | " + " | ".join(cells) + " |")
     lines += ["", "Calibrated figures:", "", "| device | backend | sgemm GFLOP/s | vector GFLOP/s | memory GB/s | "
               "roundtrip us | dispatch us | kinds timed | host load |", "|---|---|---|---|---|---|---|---|---|"]
@@ -265,6 +408,9 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=1.0, help="seconds of timed runs per device and graph")
     parser.add_argument("--recalibrate", action="store_true", help="measure every device again first")
     parser.add_argument("--graphs", default=None, help="comma-separated workload specs (default: the sweep)")
+    parser.add_argument("--onnx", default="all", metavar="NAMES",
+                        help=f"imported ONNX models to add: all (default; needs torch and onnx), none, or a "
+                             f"comma-separated list of {', '.join(ONNX_MODELS)}")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results path without suffix")
     args = parser.parse_args(argv)
     ensure_cpu_plugin()
@@ -280,7 +426,10 @@ def main(argv=None) -> int:
     devices = [d for d in registry().devices() if policy.allows(d) and registry().is_available(d)]
     calibrations = [json.loads(calibrate(d, force=args.recalibrate).to_json()) for d in devices]
     specs = args.graphs.split(",") if args.graphs else sweep()
-    rows = run_sweep(specs, args.runs, args.budget)
+    onnx_names = [] if args.onnx == "none" else list(ONNX_MODELS) if args.onnx == "all" else args.onnx.split(",")
+    with tempfile.TemporaryDirectory(prefix="rlx-pick-onnx-") as folder:
+        onnx_paths = export_onnx_models(onnx_names, Path(folder)) if onnx_names else []
+        rows = run_sweep(specs, args.runs, args.budget, onnx_paths)
     score = write_results(rows, calibrations, args.out, " ".join(["python"] + sys.argv),
                           [load_start, os.getloadavg()[0]])
     print(f"pick accuracy {score:.0%} over {len(rows)} graphs on {', '.join(map(str, devices))}; "

@@ -498,16 +498,16 @@ def _row(dev: Device, block: Blocker | None, graph: Graph | None, recommended: b
         supports = _support_blocker(graph, dev, entry, DevicePolicy.all(), options) is None
     caps, detail, software = (), "", None
     if entry is not None:
-        avail = entry.availability(full=probe == FULL)
-        detail = avail.reason  # (the full probe names the adapter)
-        software = software_status(dev, probe) if avail.ok else None
-        if software and "software" not in detail.lower():
-            detail = f"{detail} [software: emulated on the host CPU]".strip()
         if entry.backend is not None or kind not in (UNREGISTERED, UNAVAILABLE):
             try:
                 caps = tuple(sorted(entry.get().advisory_capabilities()))
             except PluginError:
                 caps = ()
+        avail = entry.availability(full=probe == FULL)  # (after creating it: a cheap probe may say more)
+        detail = avail.reason  # (the full probe names the adapter)
+        software = software_status(dev, probe) if avail.ok else None
+        if software and "software" not in detail.lower():
+            detail = f"{detail} [software: emulated on the host CPU]".strip()
     figures = (device_figures(dev, calibrate=calibrate, software=bool(software)).source if estimate is not None
                else None)
     return DeviceCandidate(dev, dev.label, entry is not None, kind not in (UNREGISTERED, UNAVAILABLE), supports,
