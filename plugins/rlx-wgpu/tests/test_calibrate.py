@@ -4,7 +4,7 @@ import json
 import pytest
 
 from rlx_core.runtime import Device, registry
-from rlx_wgpu.calibrate import KEYS, cache_path, calibrate
+from rlx_wgpu.calibrate import KEYS, cache_path, calibrate, load_calibration
 from rlx_wgpu.gpu import open_gpu
 
 pytest.importorskip("wgpu")
@@ -22,6 +22,7 @@ def cache_home(tmp_path, monkeypatch):
 def test_measures_caches_and_tunes_the_matmul_tile(cache_home):
     first = calibrate("gpu", progress=lambda m: None, matmul_size=128)
     assert all(first[k] > 0 for k in KEYS)
+    assert first["transfer_bw_gbps"] > 0 and first["software"] is (open_gpu("gpu").info["adapter_type"] == "CPU")
     assert first["matmul_tile"] in first["matmul_gflops_by_tile"]
     assert open_gpu("gpu").tuned_matmul_tile() == first["matmul_tile"]
     path = cache_path(open_gpu("gpu"))
@@ -35,6 +36,13 @@ def test_a_corrupt_cache_is_measured_again(cache_home):
     path.write_text("{not json")
     result = calibrate("gpu", progress=lambda m: None, matmul_size=64)
     assert result["matmul_size"] == 64 and json.loads(path.read_text()) == result
+
+
+def test_a_cache_without_transfer_and_software_is_measured_again(cache_home):
+    stale = calibrate("gpu", progress=lambda m: None, matmul_size=64)
+    path = cache_path(open_gpu("gpu"))
+    path.write_text(json.dumps({k: v for k, v in stale.items() if k not in ("transfer_bw_gbps", "software")}))
+    assert load_calibration(open_gpu("gpu")) is None
 
 
 def test_the_hook_ignores_other_backends():

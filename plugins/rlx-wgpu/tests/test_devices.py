@@ -9,7 +9,7 @@ from rlx_core import Graph, Session
 from rlx_core.errors import DeviceUnavailableError, UnsupportedOpError
 from rlx_core.runtime import registry
 from rlx_wgpu import plugin
-from rlx_wgpu.gpu import PROFILES, SPEC_DEFAULT_LIMITS, adapter_rank, find_adapter, open_gpu
+from rlx_wgpu.gpu import PROFILES, SPEC_DEFAULT_LIMITS, adapter_rank, find_adapter, is_software, open_gpu
 
 pytest.importorskip("wgpu")
 
@@ -33,6 +33,32 @@ def test_adapter_rank_prefers_discrete_then_vulkan():
     ranked = sorted(infos, key=adapter_rank)
     assert ranked[0] == {"adapter_type": "DiscreteGPU", "backend_type": "Vulkan"}
     assert ranked[-1]["adapter_type"] == "CPU"
+
+
+@pytest.mark.no_adapter
+def test_software_adapters_are_recognised():
+    assert is_software({"adapter_type": "CPU", "device": "llvmpipe (LLVM 15.0.6, 256 bits)"})
+    assert is_software({"adapter_type": "Unknown", "device": "SwiftShader Device (Subzero)"})
+    assert is_software({"device": "Microsoft Basic Render Driver", "adapter_type": "Unknown"})
+    assert not is_software({"adapter_type": "DiscreteGPU", "device": "NVIDIA H200", "description": "560.35"})
+    assert not is_software({"adapter_type": "IntegratedGPU", "device": "Apple M2"})
+
+
+def test_software_adapter_is_reported_and_never_picked_over_cpu():
+    """The flag the core's selection reads, the marker `rlx devices` shows, and the pick."""
+    from rlx_core.select import DevicePolicy, device_report, fastest_device_for
+    gpu = open_gpu("gpu")
+    avail = registry().entry("gpu").availability()
+    assert avail.detail["software"] is is_software(gpu.info)
+    if not is_software(gpu.info):
+        pytest.skip(f"the adapter here is hardware: {gpu.info['device']}")
+    assert "[software adapter: runs on the host CPU]" in avail.reason
+    g = Graph("mm")
+    x = g.input("x", (64, 64))
+    g.set_outputs([g.matmul(x, x)])
+    rows = {r.label: r for r in device_report(g, DevicePolicy.only(["cpu", "gpu"]))}
+    assert rows["gpu"].software is True and rows["cpu"].recommended
+    assert fastest_device_for(g, DevicePolicy.only(["cpu", "gpu"]), calibrate=False) == "cpu"
 
 
 def test_availability_reports_adapter_driver_and_backend_type():
