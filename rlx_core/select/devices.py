@@ -295,11 +295,14 @@ def _ranking(graph: Graph, devices: Iterable["Device | str"], policy: DevicePoli
     hardware = [d for d in devices if d not in software]
     demote = bool(software and hardware)
     cost = graph_cost(graph)
-    # Software devices ranked last anyway are not calibrated for the pick (it can take a minute).
-    estimates = {d: estimate_device_ns(cost, d, calibrate=calibrate and not (demote and d in software),
-                                       software=d in software) for d in devices}
     measured = graph_timings(graph, options)
-    if devices and all(d in measured for d in devices):
+    complete = bool(devices) and all(d in measured for d in devices)
+    # Nothing is calibrated for a pick that measurements decide, nor software devices that
+    # rank last anyway (calibrating one can take a minute); their estimates use what is cached.
+    estimates = {d: estimate_device_ns(cost, d, calibrate=calibrate and not complete
+                                       and not (demote and d in software), software=d in software)
+                 for d in devices}
+    if complete:
         order = _tie_order({d: measured[d] for d in devices}, policy)
         return [(d, estimates[d]) for d in order], "measured", software, []
     if demote:
