@@ -270,7 +270,8 @@ def ensure_cpu_plugin() -> None:
 def measure(runner: GraphDevices, inputs, max_runs: int, budget_s: float, rounds: int = 3) -> dict:
     """``{device: (best ns, median ns)}``: timed runs sized to the budget, in ``rounds``
     interleaved rounds; the best run and the lowest round median count. A device whose
-    first run is already 3x slower than the best seen is not timed further (it cannot be
+    first run of a round (after one untimed run: thread pools sleep while other devices
+    run) is already 3x slower than the best seen is not timed further (it cannot be
     within 10% of the fastest; lavapipe takes seconds per large matmul).
 
     The pick is judged on the best run (as ``timeit`` advises): the cost model predicts an
@@ -284,6 +285,7 @@ def measure(runner: GraphDevices, inputs, max_runs: int, budget_s: float, rounds
                 continue
             low, median = best.get(dev, (float("inf"), float("inf")))
             compiled = runner.compile(dev)
+            compiled.run(inputs)  # untimed: wakes the device's threads after the previous device's runs
             t0 = time.perf_counter_ns()
             compiled.run(inputs)
             first = time.perf_counter_ns() - t0
