@@ -180,6 +180,14 @@ def test_compile_cache_hits_keys_eviction_and_threads():
     assert len({id(r) for r in results}) == 1 and fresh.misses == 1 and fresh.hits == 7
 
 
+def test_compile_cache_with_an_automatic_session(monkeypatch):
+    """``Session()`` picks per graph; the cache keys on the device that pick chose."""
+    monkeypatch.setenv("RLX_DEVICE", "cpu")
+    cache = CompileCache()
+    a = cache.get_or_compile(Session(), _graph())
+    assert a.device == "cpu" and cache.get_or_compile(Session("cpu"), _graph()) is a and cache.hits == 1
+
+
 def test_trace_writes_a_chrome_trace(tmp_path, monkeypatch, caplog):
     import json
     import logging

@@ -38,6 +38,7 @@ class CompileCache:
         if not isinstance(session, Session):
             session = Session(session)
         options = options or session.options
+        session = session.resolved(graph, options)  # Session(): the device picked for this graph
         key = self.key(session, graph, options)
         with self._lock:
             hit = self._entries.get(key)

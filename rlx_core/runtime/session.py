@@ -75,11 +75,16 @@ class Session:
 
     def compile(self, graph: Graph, options: CompileOptions | None = None) -> "CompiledGraph":
         options = options or self.options
-        if self.device is None:  # the shared pick (policy + cost model), per graph
-            from ..select.devices import resolve_device
-            device = resolve_device(graph, options=options)
-            return compile_graph(registry().backend(device), graph, options, device)
-        return compile_graph(self.backend, graph, options, self.device)
+        session = self.resolved(graph, options)
+        return compile_graph(session.backend, graph, options, session.device)
+
+    def resolved(self, graph: Graph, options: CompileOptions | None = None) -> "Session":
+        """This session when it names a device; for ``Session()``, a session on the device
+        the shared pick (policy + cost model) chooses for ``graph``."""
+        if self.device is not None:
+            return self
+        from ..select.devices import resolve_device
+        return Session(resolve_device(graph, options=options or self.options), options=self.options)
 
     def __repr__(self) -> str:
         where = "auto" if self.device is None else f"{self.device}, backend={self.backend.name}"
