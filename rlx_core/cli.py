@@ -229,7 +229,8 @@ def _plot(title: str, results, estimates: dict, path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise _UsageError("--plot needs matplotlib: pip install rlx-core[plot]") from None
+        from .runtime.registry import install_hint
+        raise _UsageError(f"--plot needs matplotlib: {install_hint('plot')}") from None
     ok = [r for r in results if r.ok]
     labels = [r.label for r in ok]
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(ok) + 2), 3.5))

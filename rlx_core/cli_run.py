@@ -60,12 +60,11 @@ class _UsageError(Exception):
 
 
 def _run(args) -> int:
-    import onnx
-
-    from .frontends.onnx import load_onnx_for
+    from .frontends.onnx import load_onnx_for, require_onnx
 
     if args.check:
         _require_onnxruntime()
+    onnx = require_onnx()
     t0 = time.perf_counter()
     try:
         proto = onnx.load(args.model)
@@ -188,7 +187,8 @@ def _require_onnxruntime():
     try:
         import onnxruntime
     except ImportError:
-        raise _UsageError("--check needs onnxruntime (pip install onnxruntime)") from None
+        from .runtime.registry import install_hint
+        raise _UsageError(f"--check needs onnxruntime: {install_hint('onnx')}") from None
     return onnxruntime
 
 

@@ -427,13 +427,23 @@ class SubgraphImport:
         return self.g
 
 
+def require_onnx():
+    """The ``onnx`` module, or FrontendError with the exact install command."""
+    try:
+        import onnx
+    except ImportError:
+        from ..runtime.registry import install_hint
+        raise FrontendError(f"importing ONNX models needs the onnx package: {install_hint('onnx')}") from None
+    return onnx
+
+
 def load_onnx(model, *, initializers: str = "params", input_shapes: Mapping[str, Sequence[int]] | None = None,
               constants: Mapping[str, Any] | None = None, name: str | None = None) -> OnnxModel:
     """Import ``model`` (a path or an ``onnx.ModelProto``); external data next to a path
     is loaded. ``input_shapes`` fixes the dims of inputs (symbolic dims need it);
     ``constants`` freezes graph inputs to the given values (they become import-time
     constants, no longer inputs). See the module docstring."""
-    import onnx
+    onnx = require_onnx()
     from . import onnx_ops  # noqa: F401  (registers the converters)
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
@@ -452,7 +462,7 @@ def load_onnx_for(model, feeds: Mapping[str, np.ndarray], **kwargs) -> OnnxModel
     float data: a value computed from those stays a runtime value, and the import
     fails as unsupported). Feed the returned model's ``input_names`` at run time.
     ``kwargs`` go to ``load_onnx``."""
-    import onnx
+    onnx = require_onnx()
     if isinstance(model, (str, os.PathLike)):
         model = onnx.load(os.fspath(model))
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
@@ -533,7 +543,7 @@ def _attr_value(value, attr):
 
 @functools.lru_cache(maxsize=None)
 def _since_version(op_type: str, opset: int) -> int:
-    import onnx
+    onnx = require_onnx()
     try:
         return onnx.defs.get_schema(op_type, opset, "").since_version
     except onnx.defs.SchemaError:
@@ -542,5 +552,5 @@ def _since_version(op_type: str, opset: int) -> int:
 
 def max_opset() -> int:
     """The newest default-domain opset the installed ``onnx`` defines."""
-    import onnx
+    onnx = require_onnx()
     return onnx.defs.onnx_opset_version()

@@ -73,25 +73,37 @@ def test_a_device_that_is_not_installed_fails_with_the_reason(model_path, capsys
     assert "requested device 'tpu'" in err and "no installed plugin serves it" in err
 
 
-_BLOCK_HEAVY_IMPORTS = """
+_WITHOUT = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name.split('.')[0] in ('torch', 'onnxruntime', 'scipy'):
-            raise ImportError(f'{name} is not installed in this environment')
+        if name.split('.')[0] in {blocked!r}:
+            raise ImportError(f'{{name}} is not installed in this environment')
 sys.meta_path.insert(0, Block())
 from rlx_core.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 
 
+def _rlx_without(blocked: tuple[str, ...], *args) -> subprocess.CompletedProcess:
+    """``rlx ARGS`` in a process where the ``blocked`` packages cannot be imported."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins" / "rlx-cpu")]))
+    return subprocess.run([sys.executable, "-c", _WITHOUT.format(blocked=blocked), *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
 def test_run_needs_neither_torch_nor_onnxruntime(model_path):
     """What ``pip install rlx-core[onnx] rlx-cpu`` provides is enough (no --check)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "plugins" / "rlx-cpu")]))
-    done = subprocess.run([sys.executable, "-c", _BLOCK_HEAVY_IMPORTS, "run", str(model_path), "--shape", "x=4,8"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    done = _rlx_without(("torch", "onnxruntime", "scipy"), "run", model_path, "--shape", "x=4,8")
     assert done.returncode == 0, done.stderr
     assert "probs   4x3    float32" in done.stdout
+
+
+def test_missing_onnx_packages_name_the_exact_install_command(model_path):
+    done = _rlx_without(("onnx",), "run", model_path, "--shape", "x=4,8")
+    assert done.returncode == 1 and 'needs the onnx package: pip install "rlx-core[onnx]"' in done.stderr, done.stderr
+    done = _rlx_without(("onnxruntime",), "run", model_path, "--shape", "x=4,8", "--check")
+    assert done.returncode == 2 and '--check needs onnxruntime: pip install "rlx-core[onnx]"' in done.stderr
 
 
 @pytest.fixture
