@@ -1,0 +1,157 @@
+"""What a kernel generator works with: the node, the device, scratch memory, and the
+dispatches it adds (OpenCL C source, arguments, NDRange).
+
+A dispatch's arguments are arena slots -- a graph value (``Ref``) or a step's scratch
+region (``Scratch``) -- scalars (numpy scalars, passed by value) or ``SeedArg`` (the
+per-run Philox key of an rng node, set when the run's rng options change). Every kernel
+is named after the hash of its source, so equal kernels of different steps (equal shapes
+and attributes) share one compiled function; each step still gets its own ``cl.Kernel``
+object with its arguments bound once.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlx_core.ir import DType, Graph, Node, Ref, Shape
+
+from .types import cstore, needs_fp64
+
+__all__ = ["Scratch", "SeedArg", "Dispatch", "KernelContext", "unravel", "strides_of", "idx_type", "groups",
+           "linear_loop"]
+
+
+@dataclass(frozen=True)
+class Scratch:
+    node: int   # the step's root node
+    index: int  # which scratch region of that step
+
+
+@dataclass(frozen=True)
+class SeedArg:
+    node: int   # the rng node whose stream key this is
+    word: int   # 0: low 32 bits, 1: high 32 bits
+
+
+@dataclass
+class Dispatch:
+    name: str
+    source: str
+    args: list            # Ref | Scratch | SeedArg | numpy scalar
+    gsize: tuple[int, ...]
+    lsize: tuple[int, ...] | None
+    helpers: tuple[str, ...] = ()
+
+
+def idx_type(*sizes: int) -> str:
+    """``int`` when every index fits in 31 bits, else ``long``."""
+    return "int" if max(sizes, default=0) < 2**31 - 1 else "long"
+
+
+def strides_of(dims) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(dims):
+        out.append(acc)
+        acc *= d
+    return list(reversed(out))
+
+
+def unravel(var: str, dims, idx: str = "int") -> list[str]:
+    """C expressions of the coordinates of row-major linear index ``var`` (< the element
+    count) in ``dims``."""
+    strides = strides_of(dims)
+    coords, leading = [], True
+    for d, s in zip(dims, strides):
+        if d == 1:
+            coords.append("0")
+            continue
+        e = var if s == 1 else f"({var} / {s})"
+        if not leading:
+            e = f"({e} % {d})"
+        leading = False
+        coords.append(e)
+    return coords
+
+
+def _prod(dims) -> int:
+    return math.prod(dims)
+
+
+def groups(n: int, wg: int, cap: int) -> int:
+    """Global size of a grid-stride loop over ``n`` items in work-groups of ``wg``."""
+    return max(wg, min(-(-n // wg), cap) * wg)
+
+
+def linear_loop(var: str, n: int, idx: str, body: str) -> str:
+    return (f"  for ({idx} {var} = ({idx})get_global_id(0); {var} < ({idx}){n}; {var} += ({idx})get_global_size(0)) {{\n"
+            f"{body}\n  }}")
+
+
+@dataclass
+class KernelContext:
+    graph: Graph
+    node: Node
+    dev: Any  # rlx_rocm.opencl.ClDevice
+    options: dict = field(default_factory=dict)
+    dispatches: list = field(default_factory=list)
+    scratch_sizes: list = field(default_factory=list)
+
+    # --- shapes ---------------------------------------------------------------------------
+    def shape(self, ref: Ref) -> Shape:
+        return self.graph.shape_of(ref)
+
+    @property
+    def inputs(self) -> list[Shape]:
+        return [self.graph.shape_of(r) for r in self.node.inputs]
+
+    @property
+    def out(self) -> Shape:
+        return self.node.outputs[0]
+
+    @property
+    def fp64(self) -> bool:
+        return bool(self.dev.fp64)
+
+    @property
+    def wg(self) -> int:
+        return self.dev.workgroup
+
+    def max_groups(self) -> int:
+        return max(1, self.dev.compute_units) * 64
+
+    # --- memory ---------------------------------------------------------------------------
+    def scratch(self, nbytes: int) -> Scratch:
+        self.scratch_sizes.append(int(nbytes))
+        return Scratch(self.node.id, len(self.scratch_sizes) - 1)
+
+    # --- kernels --------------------------------------------------------------------------
+    def kernel(self, params: list[tuple[str, Any]], body: str, gsize, lsize=None, helpers=(), attrs: str = "",
+               dtypes=()) -> Dispatch | None:
+        """Add a dispatch running ``body`` over ``gsize`` work-items (skipped when empty).
+
+        ``params``: ``(C declaration, argument)`` pairs in order. ``dtypes`` used by the
+        kernel are checked for fp64 support here (the claim table already keeps them out
+        on devices without it)."""
+        gsize = tuple(int(g) for g in (gsize if isinstance(gsize, (tuple, list)) else (gsize,)))
+        if any(g == 0 for g in gsize):
+            return None
+        lsize = None if lsize is None else tuple(int(s) for s in (lsize if isinstance(lsize, (tuple, list))
+                                                                  else (lsize,)))
+        if lsize is not None:
+            gsize = tuple(-(-g // l) * l for g, l in zip(gsize, lsize))
+        decl = ", ".join(p for p, _ in params)
+        text = f"{attrs}void KNAME({decl}) {{\n{body}\n}}\n"
+        name = "k" + hashlib.sha1(("\n".join(helpers) + text).encode()).hexdigest()[:16]
+        source = "__kernel " + text.replace("KNAME", name)
+        d = Dispatch(name, source, [a for _, a in params], gsize, lsize, tuple(helpers))
+        self.dispatches.append(d)
+        return d
+
+    @staticmethod
+    def buf(name: str, dt: DType, const: bool = False) -> str:
+        return f"__global {'const ' if const else ''}{cstore(dt)}* {name}"
+
+    def uses_fp64(self) -> bool:
+        return any(needs_fp64(s.dtype) for s in self.inputs + list(self.node.outputs))

@@ -1,0 +1,2 @@
+"""conv kernels."""
+GENERATORS: dict = {}

@@ -1,0 +1,2 @@
+"""linalg kernels."""
+GENERATORS: dict = {}

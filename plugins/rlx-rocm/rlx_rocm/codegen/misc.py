@@ -1,0 +1,2 @@
+"""misc kernels."""
+GENERATORS: dict = {}

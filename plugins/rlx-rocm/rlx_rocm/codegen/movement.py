@@ -1,0 +1,2 @@
+"""movement kernels."""
+GENERATORS: dict = {}

@@ -1,0 +1,2 @@
+"""nn kernels."""
+GENERATORS: dict = {}

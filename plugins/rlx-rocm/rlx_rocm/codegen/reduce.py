@@ -1,0 +1,2 @@
+"""reduce kernels."""
+GENERATORS: dict = {}

@@ -1,0 +1,2 @@
+"""Host-driven control flow (if / while / scan)."""
+CONTROL_KINDS: dict = {}

@@ -1,0 +1,232 @@
+"""RocmExecutable: one graph compiled for one OpenCL device.
+
+Compiling schedules the graph into steps (fused elementwise groups, one kernel step per
+other node, rng and control-flow steps), generates their OpenCL C, builds one program
+for the graph (cached on disk), places every value, scratch region, param and constant
+in one arena (``rlx_core.runtime.arena.place``: values whose lifetimes do not overlap
+share bytes), uploads constants and binds every kernel to its arena slices once.
+
+A run enqueues the input copies, every kernel and the output copies on the device's
+in-order queue, then waits once (``finish``): one flush per run. Outputs land straight
+in the caller's ``out=`` arrays (the device layout of every dtype is numpy's). Control
+flow adds a blocking read of each condition it tests.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from rlx_core.errors import DeviceError, RlxError
+from rlx_core.ir import Graph, Ref
+from rlx_core.reference import RefContext, run_node
+from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
+from rlx_core.runtime.arena import place
+
+from .codegen import GENERATORS, KernelContext, fused_kernel, preamble
+from .codegen.base import Scratch
+from .control import CONTROL_KINDS
+from .schedule import ALIAS_KINDS, FOLDED_KINDS, schedule
+from .steps import RNG_KINDS, KernelStep, RngStep
+
+__all__ = ["RocmExecutable", "KNOWN_OPTIONS"]
+
+KNOWN_OPTIONS = frozenset({"fuse", "gemm_tile"})
+FOREVER = 1 << 40
+
+
+def check_options(options: Mapping) -> None:
+    unknown = set(options) - KNOWN_OPTIONS
+    if unknown:
+        raise RlxError(f"unknown rocm backend option(s) {sorted(unknown)}; known: {', '.join(sorted(KNOWN_OPTIONS))}")
+
+
+class RocmExecutable(ExecutableGraph):
+    capabilities = frozenset({"fused_elementwise", "out_buffers", "control_flow"})
+
+    def __init__(self, graph: Graph, options: CompileOptions, dev):
+        check_options(options.backend)
+        self.graph = graph
+        self.options = options
+        self.dev = dev
+        self.cl = dev.cl
+        self.queue = dev.queue
+        self.rng = options.rng
+        self._lock = threading.Lock()
+        self._children: dict[int, RocmExecutable] = {}
+        self._aliases = {Ref(n.id): n.inputs[0] for n in graph.nodes if n.kind in ALIAS_KINDS}
+        self._constants = {Ref(n.id): _constant_value(n) for n in graph.nodes
+                           if n.kind == "constant" or n.kind in FOLDED_KINDS}
+        self.steps = [self._step(i, s) for i, s in enumerate(schedule(graph, bool(options.backend.get("fuse", True))))]
+        self._plan()
+        self._build()
+        self._params = {n.attrs["name"]: Ref(n.id) for n in graph.param_nodes}
+        self._inputs = [(n.attrs["name"], self.region(Ref(n.id))) for n in graph.input_nodes]
+        self._outputs = [(self.region(r), s) for r, s in zip(graph.outputs, graph.output_shapes)]
+        self._tracer = Tracer(graph.name, "rocm") if options.tracing else None
+
+    # --- compiling ----------------------------------------------------------------------------
+    def _step(self, index: int, step):
+        node = step.root
+        if node.kind in CONTROL_KINDS:
+            return CONTROL_KINDS[node.kind](index, node, self)
+        k = KernelContext(self.graph, node, self.dev, dict(self.options.backend))
+        if step.fused:
+            fused_kernel(k, list(step.nodes))
+            return KernelStep(index, step.nodes, k)
+        gen = GENERATORS.get(node.kind)
+        if gen is None:
+            raise DeviceError(f"{node.label}: the rocm backend has no kernel for {node.kind}")
+        gen(k)
+        return RngStep(index, node, k) if node.kind in RNG_KINDS else KernelStep(index, step.nodes, k)
+
+    def _plan(self) -> None:
+        """Place every value, scratch region, param and constant in one arena."""
+        g = self.graph
+        first: dict[Ref, int] = {Ref(n.id): -1 for n in g.input_nodes}
+        last: dict[Ref, int] = {}
+        for step in self.steps:
+            for ref in step.reads:
+                root = self.root(ref)
+                last[root] = max(last.get(root, -1), step.index)
+            for ref in step.writes:
+                first.setdefault(ref, step.index)
+        end = len(self.steps)
+        for ref in g.outputs:
+            last[self.root(ref)] = end
+        persistent = list(self._constants) + [Ref(n.id) for n in g.param_nodes]
+        buffers = {ref: (start, last.get(ref, start), g.shape_of(ref).nbytes)
+                   for ref, start in first.items() if ref not in self._constants}
+        buffers.update({ref: (-1, FOREVER, g.shape_of(ref).nbytes) for ref in persistent})
+        for step in self.steps:
+            root = step.nodes[-1].id if hasattr(step, "nodes") else step.node.id
+            for i, n in enumerate(step.scratch_sizes):
+                buffers[Scratch(root, i)] = (step.index, step.index, n)
+        placements, size = place(buffers, self.dev.alignment)
+        self._regions = {key: (p.offset, p.nbytes) for key, p in placements.items()}
+        self.arena_bytes = size
+        self.arena = self.dev.buffer(size, f"the arena of graph '{g.name}'")
+        self._subs: dict = {}
+        for ref, value in self._constants.items():
+            self.write(ref, value)
+
+    def _build(self) -> None:
+        kernels: dict[str, str] = {}
+        helpers: dict[str, None] = {}
+        for step in self.steps:
+            for d in getattr(step, "dispatches", ()):
+                kernels.setdefault(d.name, d.source)
+                for h in d.helpers:
+                    helpers.setdefault(h, None)
+        self._program = None
+        if kernels:
+            body = "\n".join([*helpers, *kernels.values()])
+            source = preamble(self.dev.fp64, body) + body
+            self._program = self.dev.program(source)
+        for step in self.steps:
+            step.bind(self)
+
+    def kernel(self, name: str):
+        return self.cl.Kernel(self._program, name)
+
+    def child(self, graph: Graph) -> "RocmExecutable":
+        """The executable of a control-flow body, compiled once per subgraph."""
+        if id(graph) not in self._children:
+            self._children[id(graph)] = RocmExecutable(graph, self.options.with_(trace=False), self.dev)
+        return self._children[id(graph)]
+
+    # --- regions ------------------------------------------------------------------------------
+    def root(self, ref: Ref) -> Ref:
+        while ref in self._aliases:
+            ref = self._aliases[ref]
+        return ref
+
+    def region(self, slot) -> tuple[int, int]:
+        """``(offset, nbytes)`` of a value or scratch region in the arena."""
+        key = self.root(slot) if isinstance(slot, Ref) else slot
+        return self._regions[key]
+
+    def argument(self, arg):
+        """A kernel argument: the sub-buffer of an arena slot, or a scalar as it is."""
+        if isinstance(arg, (Ref, Scratch)):
+            offset, nbytes = self.region(arg)
+            key = (offset, max(nbytes, 4))
+            sub = self._subs.get(key)
+            if sub is None:
+                sub = self._subs[key] = self.arena.get_sub_region(offset, max(nbytes, 4))
+            return sub
+        return arg
+
+    def write(self, slot, data: np.ndarray) -> None:
+        offset, nbytes = self.region(slot)
+        if nbytes:
+            self.cl.enqueue_copy(self.queue, self.arena, np.ascontiguousarray(data), dst_offset=offset,
+                                 is_blocking=True)
+
+    def write_async(self, slot, data: np.ndarray) -> None:
+        """Enqueue a host-to-device copy; ``data`` must stay alive until the run ends."""
+        offset, nbytes = self.region(slot)
+        if nbytes:
+            self.cl.enqueue_copy(self.queue, self.arena, data, dst_offset=offset, is_blocking=False)
+
+    def copy(self, src_exe: "RocmExecutable", src, dst) -> None:
+        """Enqueue a device copy of value ``src`` of ``src_exe`` into value ``dst`` of this arena."""
+        s_off, nbytes = src_exe.region(src)
+        d_off, d_bytes = self.region(dst)
+        if nbytes:
+            self.cl.enqueue_copy(self.queue, self.arena, src_exe.arena, byte_count=min(nbytes, d_bytes),
+                                 src_offset=s_off, dst_offset=d_off)
+
+    def read_now(self, slot, shape) -> np.ndarray:
+        """Read a value back (blocking: ends the queue's batch)."""
+        offset, nbytes = self.region(slot)
+        out = np.empty(shape.dims, shape.dtype.np)
+        if nbytes:
+            self.cl.enqueue_copy(self.queue, out, self.arena, src_offset=offset, is_blocking=True)
+        return out
+
+    # --- running ------------------------------------------------------------------------------
+    def enqueue(self) -> None:
+        """Enqueue this graph's steps (its inputs must already be in place)."""
+        for step in self.steps:
+            if self._tracer is None:
+                step.enqueue(self)
+                continue
+            with self._tracer.span(step.label):
+                step.enqueue(self)
+                self.queue.finish()
+
+    def set_param(self, name: str, value: np.ndarray) -> None:
+        with self._lock:
+            self.write(self._params[name], value)
+
+    def set_rng(self, rng) -> None:
+        self.rng = rng
+
+    def run(self, inputs: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        cl, q = self.cl, self.queue
+        with self._lock:
+            keep = []
+            for name, (offset, nbytes) in self._inputs:
+                if nbytes:
+                    data = np.ascontiguousarray(inputs[name])
+                    keep.append(data)
+                    cl.enqueue_copy(q, self.arena, data, dst_offset=offset, is_blocking=False)
+            self.enqueue()
+            results = list(out) if out is not None else [np.empty(s.dims, s.dtype.np) for _, s in self._outputs]
+            for ((offset, nbytes), _), dest in zip(self._outputs, results):
+                if nbytes:
+                    cl.enqueue_copy(q, dest, self.arena, src_offset=offset, is_blocking=False)
+            q.finish()
+            if self._tracer is not None:
+                self._tracer.end_run()
+            return results
+
+
+def _constant_value(node) -> np.ndarray:
+    """A constant's array, or a folded source op's value (its reference kernel's result)."""
+    dt = node.outputs[0].dtype.np
+    if node.kind == "constant":
+        return np.ascontiguousarray(np.asarray(node.attrs["value"]).astype(dt, copy=False))
+    return np.ascontiguousarray(np.asarray(run_node(node, [], RefContext())[0]).astype(dt, copy=False))
