@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 
 from rlx_core.errors import DeviceError, DeviceUnavailableError
 from rlx_core.runtime import Availability
@@ -177,14 +178,18 @@ class ClDevice:
         binary = cache.load_binary(key)
         if binary is not None:
             try:
-                program = cl.Program(self.context, [self.device], [binary]).build(options=BUILD_OPTIONS)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    program = cl.Program(self.context, [self.device], [binary]).build(options=BUILD_OPTIONS)
             except Exception as e:  # a binary this driver no longer takes: rebuild from source
                 log.info("rlx-rocm: cached program %s not accepted (%s); rebuilding", key, e)
                 cache.discard(key)
                 program = None
         if program is None:
             try:
-                program = cl.Program(self.context, source).build(options=BUILD_OPTIONS, cache_dir=False)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # compiler remarks are not failures
+                    program = cl.Program(self.context, source).build(options=BUILD_OPTIONS, cache_dir=False)
             except Exception as e:
                 raise DeviceError(f"OpenCL build failed on {self.info['device']}: {e}") from None
             try:

@@ -31,6 +31,13 @@ def supported_ops(fp64: bool) -> dict[str, frozenset[DType] | None]:
     table: dict[str, frozenset[DType] | None] = {k: ALL for k in _PASSTHROUGH}
     for kind in list(UNARY) + list(BINARY) + list(COMPARE) + ["cast", "where"]:
         table[kind] = _accepted(kind, fp64)
+    movers = storable(fp64)
+    for kind in ("transpose", "slice", "expand", "concat", "split", "pad", "frame", "gather", "gather_elements"):
+        table[kind] = movers
+    table["scatter_add"] = _accepted("scatter_add", fp64)
+    for kind in ("reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min", "argmax", "argmin",
+                 "softmax", "log_softmax", "cumsum", "topk"):
+        table[kind] = _accepted(kind, fp64)
     return {kind: dts for kind, dts in table.items() if dts is None or dts}
 
 

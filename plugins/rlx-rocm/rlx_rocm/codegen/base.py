@@ -81,6 +81,8 @@ def _prod(dims) -> int:
 
 def groups(n: int, wg: int, cap: int) -> int:
     """Global size of a grid-stride loop over ``n`` items in work-groups of ``wg``."""
+    if n <= 0:
+        return 0
     return max(wg, min(-(-n // wg), cap) * wg)
 
 

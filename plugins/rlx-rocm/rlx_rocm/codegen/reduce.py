@@ -1,2 +1,270 @@
-"""reduce kernels."""
-GENERATORS: dict = {}
+"""Reductions and other kernels along axes: reduce_sum/mean/prod/max/min, argmax/argmin,
+softmax/log_softmax, cumsum and topk.
+
+A reduction's output element reduces ``R`` input elements. Short reductions run one
+work-item per output element; long ones one work-group per output element (each
+work-item folds a strided share, then a tree in local memory). Integers accumulate in
+the unsigned type of their width (so they wrap), 16-bit floats in f32 (rounded once),
+``max``/``min`` propagate nan. ``cumsum`` adds in order, as numpy does; ``topk`` ranks
+every element against its row (ties: the lower index first; nan is the largest).
+"""
+from __future__ import annotations
+
+import math
+
+from rlx_core.ir import DType, Ref
+
+from .base import KernelContext, groups, idx_type, linear_loop, strides_of, unravel
+from .types import UNSIGNED, ctype, is_complex, literal, load, lowest, highest, real_ctype, store
+
+__all__ = ["GENERATORS", "acc_type", "combine", "wg_reduce", "local_size"]
+
+LONG_REDUCTION = 128  # reductions at least this long get a work-group per output element
+_CPREFIX = {DType.C64: "c64", DType.C128: "c128"}
+
+
+def acc_type(dt: DType) -> str:
+    """The C type a sum or product of ``dt`` accumulates in."""
+    if dt.is_int or dt is DType.BOOL:
+        return UNSIGNED[dt]
+    return ctype(dt)
+
+
+def combine(kind: str, dt: DType, a: str, b: str) -> str:
+    """The expression folding ``b`` into accumulator ``a`` (both of the accumulator type)."""
+    if kind in ("sum", "mean"):
+        return f"(({a}) + ({b}))"
+    if kind == "prod":
+        if is_complex(dt):
+            return f"{_CPREFIX[dt]}_mul({a}, {b})"
+        return f"(({a}) * ({b}))"
+    op = ">" if kind == "max" else "<"
+    if dt.is_float:
+        return f"((({a}) {op} ({b}) || isnan({a})) ? ({a}) : ({b}))"
+    return f"((({a}) {op} ({b})) ? ({a}) : ({b}))"
+
+
+def identity(kind: str, dt: DType) -> str:
+    t = acc_type(dt)  # sums and products of integers: their unsigned type
+    if kind in ("sum", "mean"):
+        return literal(dt, 0) if not (dt.is_int or dt is DType.BOOL) else f"(({t})0)"
+    if kind == "prod":
+        return literal(dt, 1) if not (dt.is_int or dt is DType.BOOL) else f"(({t})1)"
+    return lowest(dt) if kind == "max" else highest(dt)
+
+
+def local_size(n: int, cap: int = 256) -> int:
+    """The power of two work-group size for a row of ``n`` elements (at least 2)."""
+    return max(2, min(cap, 1 << max(0, (n - 1).bit_length())))
+
+
+def wg_reduce(var: str, buf: str, size: int, fold) -> str:
+    """Statements reducing ``var`` over the work-group (``buf``: __local array of
+    ``size``); afterwards every work-item holds the result in ``var``."""
+    return (f"    {buf}[lid] = {var}; barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"    for (int s = {size // 2}; s > 0; s >>= 1) {{\n"
+            f"      if (lid < s) {buf}[lid] = {fold(f'{buf}[lid]', f'{buf}[lid + s]')};\n"
+            f"      barrier(CLK_LOCAL_MEM_FENCE);\n    }}\n"
+            f"    {var} = {buf}[0]; barrier(CLK_LOCAL_MEM_FENCE);")
+
+
+def _offset(coords, strides) -> str:
+    terms = [c if s == 1 else f"({c}) * {s}" for c, s in zip(coords, strides) if s != 0]
+    return " + ".join(terms) or "0"
+
+
+# --- reduce_* ---------------------------------------------------------------------------------
+def reduce_kernel(k: KernelContext) -> None:
+    kind = k.node.kind.split("_")[1]
+    x, out = k.inputs[0], k.out
+    axes = k.node.attrs["axes"]
+    dt = x.dtype
+    kept = [d for i, d in enumerate(x.dims) if i not in axes]
+    red = [x.dims[i] for i in axes]
+    st = strides_of(x.dims)
+    kst = [st[i] for i in range(x.rank) if i not in axes]
+    rst = [st[i] for i in axes]
+    m, r = math.prod(kept), math.prod(red)
+    if m == 0:
+        return
+    idx = idx_type(x.size)
+    wraps = (dt.is_int or dt is DType.BOOL) and kind in ("sum", "prod")
+    t = acc_type(dt) if wraps else ctype(dt)
+    params = [(k.buf("x", dt, True), k.node.inputs[0]), (k.buf("out", dt), Ref(k.node.id))]
+    base = _offset(unravel("o", kept, idx), kst)
+    roff = _offset(unravel("j", red, idx), rst)
+    value = load(dt, "x", f"base + {roff}" if roff != "0" else "base")
+    if wraps:
+        value = f"(({t})({value}))"
+    fold = lambda a, b: combine(kind, dt, a, b)  # noqa: E731
+    final = "acc"
+    if kind == "mean":
+        final = f"(acc / ({real_ctype(dt)}){r})"
+    if wraps:
+        final = f"(({ctype(dt)})acc)"
+    if r >= LONG_REDUCTION and m * 4 < r * k.dev.compute_units * 64:
+        size = local_size(r, min(256, k.dev.max_work_group))
+        body = (f"  __local {t} red[{size}];\n  const int lid = get_local_id(0);\n"
+                f"  for ({idx} o = get_group_id(0); o < {m}; o += get_num_groups(0)) {{\n"
+                f"    const {idx} base = {base};\n    {t} acc = {identity(kind, dt)};\n"
+                f"    for ({idx} j = lid; j < {r}; j += {size}) acc = {fold('acc', value)};\n"
+                f"{wg_reduce('acc', 'red', size, fold)}\n"
+                f"    if (lid == 0) {{ {store(dt, 'out', 'o', final)} }}\n  }}")
+        k.kernel(params, body, min(m, k.max_groups()) * size, size)
+        return
+    body = (f"    const {idx} base = {base};\n    {t} acc = {identity(kind, dt)};\n"
+            f"    for ({idx} j = 0; j < {r}; j++) acc = {fold('acc', value)};\n"
+            f"    {store(dt, 'out', 'o', final)}")
+    k.kernel(params, linear_loop("o", m, idx, body), groups(m, k.wg, k.max_groups()), k.wg)
+
+
+# --- along one axis ---------------------------------------------------------------------------
+def _rows(x, axis):
+    """(outer, axis length, inner) of ``x`` around ``axis``."""
+    return math.prod(x.dims[:axis]), x.dims[axis], math.prod(x.dims[axis + 1:])
+
+
+def arg_kernel(k: KernelContext) -> None:
+    x = k.inputs[0]
+    axis = k.node.attrs["axis"]
+    dt = x.dtype
+    outer, a, inner = _rows(x, axis)
+    m = outer * inner
+    idx = idx_type(x.size)
+    op = ">" if k.node.kind == "argmax" else "<"
+    params = [(k.buf("x", dt, True), k.node.inputs[0]), (k.buf("out", DType.I64), Ref(k.node.id))]
+    take = f"v {op} best"
+    if dt.is_float:
+        take = f"(isnan(v) && !isnan(best)) || (!isnan(best) && v {op} best)"
+    body = (f"    const {idx} base = (o / {inner}) * {a * inner} + (o % {inner});\n"
+            f"    {ctype(dt)} best = {load(dt, 'x', 'base')}; long at = 0;\n"
+            f"    for ({idx} j = 1; j < {a}; j++) {{\n"
+            f"      const {ctype(dt)} v = {load(dt, 'x', f'base + j * {inner}')};\n"
+            f"      if ({take}) {{ best = v; at = j; }}\n    }}\n"
+            f"    out[o] = at;")
+    k.kernel(params, linear_loop("o", m, idx, body), groups(m, k.wg, k.max_groups()), k.wg)
+
+
+def softmax_kernel(k: KernelContext) -> None:
+    x = k.inputs[0]
+    axis = k.node.attrs["axis"]
+    dt = x.dtype
+    outer, a, inner = _rows(x, axis)
+    rows = outer * inner
+    if rows == 0 or a == 0:
+        return
+    t = ctype(dt)
+    idx = idx_type(x.size)
+    size = local_size(a, min(256, k.dev.max_work_group)) if a >= 32 else 1
+    params = [(k.buf("x", dt, True), k.node.inputs[0]), (k.buf("out", dt), Ref(k.node.id))]
+    at = f"base + j * {inner}" if inner != 1 else "base + j"
+    mx = lambda p, q: combine("max", dt, p, q)  # noqa: E731
+    add = lambda p, q: f"(({p}) + ({q}))"  # noqa: E731
+    if k.node.kind == "softmax":
+        write = f"exp({load(dt, 'x', at)} - m) / s"
+    else:
+        write = f"({load(dt, 'x', at)} - m) - log(s)"
+    if size == 1:
+        body = (f"    const {idx} base = (o / {inner}) * {a * inner} + (o % {inner});\n"
+                f"    {t} m = -INFINITY;\n"
+                f"    for ({idx} j = 0; j < {a}; j++) m = {mx('m', load(dt, 'x', at))};\n"
+                f"    {t} s = 0;\n"
+                f"    for ({idx} j = 0; j < {a}; j++) s += exp({load(dt, 'x', at)} - m);\n"
+                f"    for ({idx} j = 0; j < {a}; j++) {{ {store(dt, 'out', at, write)} }}")
+        k.kernel(params, linear_loop("o", rows, idx, body), groups(rows, k.wg, k.max_groups()), k.wg)
+        return
+    body = (f"  __local {t} red[{size}];\n  const int lid = get_local_id(0);\n"
+            f"  for ({idx} o = get_group_id(0); o < {rows}; o += get_num_groups(0)) {{\n"
+            f"    const {idx} base = (o / {inner}) * {a * inner} + (o % {inner});\n"
+            f"    {t} m = -INFINITY;\n"
+            f"    for ({idx} j = lid; j < {a}; j += {size}) m = {mx('m', load(dt, 'x', at))};\n"
+            f"{wg_reduce('m', 'red', size, mx)}\n"
+            f"    {t} s = 0;\n"
+            f"    for ({idx} j = lid; j < {a}; j += {size}) s += exp({load(dt, 'x', at)} - m);\n"
+            f"{wg_reduce('s', 'red', size, add)}\n"
+            f"    for ({idx} j = lid; j < {a}; j += {size}) {{ {store(dt, 'out', at, write)} }}\n  }}")
+    k.kernel(params, body, min(rows, k.max_groups()) * size, size)
+
+
+def cumsum_kernel(k: KernelContext) -> None:
+    x = k.inputs[0]
+    a = k.node.attrs
+    dt = x.dtype
+    outer, n, inner = _rows(x, a["axis"])
+    rows = outer * inner
+    if rows == 0 or n == 0:
+        return
+    idx = idx_type(x.size)
+    t = acc_type(dt)
+    params = [(k.buf("x", dt, True), k.node.inputs[0]), (k.buf("out", dt), Ref(k.node.id))]
+    j = f"({n - 1} - t)" if a["reverse"] else "t"
+    at = f"base + {j} * {inner}"
+    value = load(dt, "x", at)
+    if dt.is_int:
+        value = f"(({t})({value}))"
+    result = f"(({ctype(dt)})acc)" if dt.is_int else "acc"
+    if a["exclusive"]:
+        step = f"{{ {store(dt, 'out', at, result)} acc = acc + {value}; }}"
+    else:
+        step = f"{{ acc = acc + {value}; {store(dt, 'out', at, result)} }}"
+    zero = f"(({t})0)" if dt.is_int else literal(dt, 0)
+    body = (f"    const {idx} base = (o / {inner}) * {n * inner} + (o % {inner});\n"
+            f"    {t} acc = {zero};\n"
+            f"    for ({idx} t = 0; t < {n}; t++) {step}")
+    k.kernel(params, linear_loop("o", rows, idx, body), groups(rows, k.wg, k.max_groups()), k.wg)
+
+
+def topk_kernel(k: KernelContext) -> None:
+    x = k.inputs[0]
+    a = k.node.attrs
+    dt = x.dtype
+    kk, axis = a["k"], a["axis"]
+    outer, n, inner = _rows(x, axis)
+    if outer * inner == 0 or kk == 0:
+        return
+    idx = idx_type(x.size)
+    c = ctype(dt)
+    if a["largest"]:
+        better = "(vi > vj)"
+        if dt.is_float:
+            better = "((isnan(vi) && !isnan(vj)) || vi > vj)"
+    else:
+        better = "(vi < vj)"
+        if dt.is_float:
+            better = "((!isnan(vi) && isnan(vj)) || vi < vj)"
+    same = "(vi == vj || (isnan(vi) && isnan(vj)))" if dt.is_float else "(vi == vj)"
+    vals, inds = Ref(k.node.id, 0), Ref(k.node.id, 1)
+    if a["sorted"]:
+        tv, ti = vals, inds
+    else:
+        tv, ti = k.scratch(kk * outer * inner * dt.itemsize), k.scratch(kk * outer * inner * 8)
+    params = [(k.buf("x", dt, True), k.node.inputs[0]), (k.buf("vals", dt), tv), (k.buf("inds", DType.I64), ti)]
+    total = outer * n * inner
+    body = (f"    const {idx} o = e / {n * inner}, jj = (e / {inner}) % {n}, in_ = e % {inner};\n"
+            f"    const {idx} base = o * {n * inner} + in_;\n"
+            f"    const {c} vj = {load(dt, 'x', 'e')};\n"
+            f"    {idx} rank = 0;\n"
+            f"    for ({idx} i = 0; i < {n} && rank < {kk}; i++) {{\n"
+            f"      const {c} vi = {load(dt, 'x', f'base + i * {inner}')};\n"
+            f"      if ({better} || ({same} && i < jj)) rank++;\n    }}\n"
+            f"    if (rank < {kk}) {{\n"
+            f"      const {idx} at = o * {kk * inner} + rank * {inner} + in_;\n"
+            f"      {store(dt, 'vals', 'at', 'vj')} inds[at] = (long)jj;\n    }}")
+    k.kernel(params, linear_loop("e", total, idx, body), groups(total, k.wg, k.max_groups()), k.wg)
+    if a["sorted"]:
+        return
+    params = [(k.buf("tv", dt, True), tv), (k.buf("ti", DType.I64, True), ti),
+              (k.buf("vals", dt), vals), (k.buf("inds", DType.I64), inds)]
+    total = outer * kk * inner
+    body = (f"    const {idx} o = e / {kk * inner}, in_ = e % {inner};\n"
+            f"    const {idx} base = o * {kk * inner} + in_;\n"
+            f"    const long me = ti[e];\n    {idx} pos = 0;\n"
+            f"    for ({idx} u = 0; u < {kk}; u++) if (ti[base + u * {inner}] < me) pos++;\n"
+            f"    const {idx} at = base + pos * {inner};\n"
+            f"    {store(dt, 'vals', 'at', load(dt, 'tv', 'e'))} inds[at] = me;")
+    k.kernel(params, linear_loop("e", total, idx, body), groups(total, k.wg, k.max_groups()), k.wg)
+
+
+GENERATORS = {**{f"reduce_{kind}": reduce_kernel for kind in ("sum", "mean", "prod", "max", "min")},
+              "argmax": arg_kernel, "argmin": arg_kernel, "softmax": softmax_kernel,
+              "log_softmax": softmax_kernel, "cumsum": cumsum_kernel, "topk": topk_kernel}
