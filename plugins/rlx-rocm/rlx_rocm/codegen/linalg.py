@@ -1,2 +1,290 @@
-"""linalg kernels."""
-GENERATORS: dict = {}
+"""Matrix products and dense solves.
+
+``matmul`` on real dtypes is a tiled GEMM: a work-group computes a ``TM x TN`` tile of C,
+walking K in steps of ``TK`` through local memory; each work-item holds a ``WM x WN``
+block of accumulators (rows ``ty + i*LY``, columns ``tx + j*LX``: coalesced stores and
+conflict-free local reads) and multiplies with ``fma``. Tiles fully inside the matrices
+load with ``vload4`` where the rows allow it; edge tiles check bounds. Batches (numpy
+broadcasting of the leading dims) are the third NDRange dimension. The tile comes from
+``CompileOptions(backend={"gemm_tile": "64x64x16/4x4"})``, else from the device's
+calibration (``rlx_rocm.calibrate``), else from the product's size.
+
+Integers accumulate in their unsigned type (so products wrap exactly), 16-bit floats in
+f32 (rounded once), complex products run one work-item per output element.
+``dense_solve`` is Gaussian elimination with partial pivoting (LAPACK's ``gesv``
+algorithm), one work-item per system, on a copy of A and b in scratch memory.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from rlx_core.errors import RlxError
+from rlx_core.ir import DType, Ref
+
+from .base import KernelContext, groups, idx_type, linear_loop, strides_of, unravel
+from .elementwise import broadcast_index
+from .types import UNSIGNED, ctype, is_complex, load, literal, store
+
+__all__ = ["GENERATORS", "Tile", "parse_tile", "TILES", "gemm", "tile_for"]
+
+_CPREFIX = {DType.C64: "c64", DType.C128: "c128"}
+
+
+@dataclass(frozen=True)
+class Tile:
+    tm: int
+    tn: int
+    tk: int
+    wm: int
+    wn: int
+
+    @property
+    def lx(self) -> int:
+        return self.tn // self.wn
+
+    @property
+    def ly(self) -> int:
+        return self.tm // self.wm
+
+    def __str__(self) -> str:
+        return f"{self.tm}x{self.tn}x{self.tk}/{self.wm}x{self.wn}"
+
+
+def parse_tile(text: str) -> Tile:
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)/(\d+)x(\d+)", str(text).strip())
+    if not m:
+        raise RlxError(f"rocm backend option gemm_tile must look like '64x64x16/4x4' (TMxTNxTK/WMxWN), got {text!r}")
+    t = Tile(*(int(g) for g in m.groups()))
+    if t.tm % t.wm or t.tn % t.wn or min(t.tm, t.tn, t.tk, t.wm, t.wn) < 1:
+        raise RlxError(f"rocm gemm_tile {text!r}: TM must be a multiple of WM and TN of WN")
+    return t
+
+
+TILES = [parse_tile(t) for t in ("128x128x16/8x8", "128x128x8/8x8", "128x64x16/8x4", "64x64x16/4x4",
+                                 "64x64x8/4x4", "32x32x16/2x2", "32x32x8/4x4", "16x16x16/1x1")]
+SMALL = parse_tile("16x16x16/2x2")
+
+
+def tile_for(k: KernelContext, m: int, n: int, kk: int, itemsize: int) -> Tile:
+    """The tile of a product of ``m x kk`` by ``kk x n``: the option, else the calibrated
+    tile when the product is large enough to fill it, else a small one."""
+    given = k.options.get("gemm_tile")
+    if given is not None:
+        tile = parse_tile(given)
+    else:
+        tuned = k.dev.tuning.get("gemm_tile")
+        tile = parse_tile(tuned) if tuned else (TILES[3] if not k.dev.software else TILES[6])
+        if m < tile.tm or n < tile.tn:
+            tile = SMALL
+    while (tile.lx * tile.ly > k.dev.max_work_group or
+           tile.tk * (tile.tm + tile.tn + 2) * itemsize > k.dev.local_mem) and tile != SMALL:
+        tile = SMALL
+    return tile
+
+
+def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: int,
+         a_off: str = "0", b_off: str = "0", c_off: str = "0", bias=None, bias_off: str = "0",
+         tile: Tile | None = None,
+         lda: int | None = None, ldb: int | None = None) -> None:
+    """C[batch] = A[batch] @ B[batch] (+ bias per row of C), all row-major.
+
+    ``a``, ``b``, ``c``, ``bias``: arena slots. ``*_off``: C expressions of ``batch`` (the
+    batch index) giving each operand's element offset."""
+    if m == 0 or n == 0 or batch == 0:
+        return
+    lda = kk if lda is None else lda
+    ldb = n if ldb is None else ldb
+    wraps = dt.is_int
+    acc = ("ulong" if dt.itemsize == 8 else "uint") if wraps else ctype(dt)
+    t = tile or tile_for(k, m, n, kk, 8 if acc in ("double", "ulong") else 4)
+    lx, ly = t.lx, t.ly
+    nt = lx * ly
+    idx = idx_type(batch * max(m * kk, kk * n, m * n) + 1)
+    params = [(k.buf("A", dt, True), a), (k.buf("B", dt, True), b)]
+    if bias is not None:
+        params.append((k.buf("bias", dt, True), bias))
+    params.append((k.buf("C", dt), c))
+
+    def ld(ptr, at):
+        v = load(dt, ptr, at)
+        return f"(({acc})({v}))" if wraps else v
+
+    mul_add = "acc[i][j] += ar[i] * br[j];" if wraps else "acc[i][j] = fma(ar[i], br[j], acc[i][j]);"
+    vec_a = dt is DType.F32 and t.tk % 4 == 0 and lda % 4 == 0
+    vec_b = dt is DType.F32 and t.tn % 4 == 0 and ldb % 4 == 0
+    load_a_fast = (f"      for (int e = tid; e < {t.tm * t.tk // 4}; e += {nt}) {{\n"
+                   f"        const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;\n"
+                   f"        const float4 v = vload4(0, a + (bm + r) * ({idx}){lda} + k0 + q);\n"
+                   f"        As[q][r] = v.x; As[q + 1][r] = v.y; As[q + 2][r] = v.z; As[q + 3][r] = v.w;\n"
+                   f"      }}") if vec_a else \
+                  (f"      for (int e = tid; e < {t.tm * t.tk}; e += {nt}) {{\n"
+                   f"        const int r = e / {t.tk}, q = e % {t.tk};\n"
+                   f"        As[q][r] = {ld('a', f'(bm + r) * ({idx}){lda} + k0 + q')};\n      }}")
+    load_b_fast = (f"      for (int e = tid; e < {t.tk * t.tn // 4}; e += {nt}) {{\n"
+                   f"        const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;\n"
+                   f"        vstore4(vload4(0, b + (k0 + q) * ({idx}){ldb} + bn + cc), 0, &Bs[q][cc]);\n"
+                   f"      }}") if vec_b else \
+                  (f"      for (int e = tid; e < {t.tk * t.tn}; e += {nt}) {{\n"
+                   f"        const int q = e / {t.tn}, cc = e % {t.tn};\n"
+                   f"        Bs[q][cc] = {ld('b', f'(k0 + q) * ({idx}){ldb} + bn + cc')};\n      }}")
+    zero = f"(({acc})0)"
+    body = f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {lx} + tx;
+  const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
+  const {idx} batch = get_group_id(2);
+  __global const {_st(dt)}* a = A + ({a_off});
+  __global const {_st(dt)}* b = B + ({b_off});
+  __global {_st(dt)}* cm = C + ({c_off});
+  __local {acc} As[{t.tk}][{t.tm + (1 if t.tm % 2 == 0 else 0)}];
+  __local {acc} Bs[{t.tk}][{t.tn + (4 if vec_b else 1)}];
+  {acc} acc[{t.wm}][{t.wn}];
+  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = {zero};
+  const int full_mn = (bm + {t.tm} <= {m}) && (bn + {t.tn} <= {n});
+  for ({idx} k0 = 0; k0 < {kk}; k0 += {t.tk}) {{
+    if (full_mn && k0 + {t.tk} <= {kk}) {{
+{load_a_fast}
+{load_b_fast}
+    }} else {{
+      for (int e = tid; e < {t.tm * t.tk}; e += {nt}) {{
+        const int r = e / {t.tk}, q = e % {t.tk};
+        As[q][r] = (bm + r < {m} && k0 + q < {kk}) ? {ld('a', f'(bm + r) * ({idx}){lda} + k0 + q')} : {zero};
+      }}
+      for (int e = tid; e < {t.tk * t.tn}; e += {nt}) {{
+        const int q = e / {t.tn}, cc = e % {t.tn};
+        Bs[q][cc] = (k0 + q < {kk} && bn + cc < {n}) ? {ld('b', f'(k0 + q) * ({idx}){ldb} + bn + cc')} : {zero};
+      }}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll
+    for (int q = 0; q < {t.tk}; q++) {{
+      {acc} ar[{t.wm}], br[{t.wn}];
+      #pragma unroll
+      for (int i = 0; i < {t.wm}; i++) ar[i] = As[q][ty + i * {ly}];
+      #pragma unroll
+      for (int j = 0; j < {t.wn}; j++) br[j] = Bs[q][tx + j * {lx}];
+      #pragma unroll
+      for (int i = 0; i < {t.wm}; i++) {{
+        #pragma unroll
+        for (int j = 0; j < {t.wn}; j++) {{ {mul_add} }}
+      }}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  for (int i = 0; i < {t.wm}; i++) {{
+    const {idx} r = bm + ty + i * {ly};
+    if (r >= {m}) continue;
+    for (int j = 0; j < {t.wn}; j++) {{
+      const {idx} col = bn + tx + j * {lx};
+      if (col < {n}) {{
+        {acc} v = acc[i][j];
+        {_bias(dt, bias, bias_off)}
+        {store(dt, 'cm', f'r * {n} + col', f'(({ctype(dt)})v)' if wraps else 'v')}
+      }}
+    }}
+  }}"""
+    attrs = f"__attribute__((reqd_work_group_size({lx}, {ly}, 1))) "
+    k.kernel(params, body, (-(-n // t.tn) * lx, -(-m // t.tm) * ly, batch), (lx, ly, 1), attrs=attrs)
+
+
+def _st(dt: DType) -> str:
+    from .types import cstore
+    return cstore(dt)
+
+
+def _bias(dt: DType, bias, bias_off: str) -> str:
+    if bias is None:
+        return ""
+    return f"v += {load(dt, 'bias', f'({bias_off}) + r')};"
+
+
+def _complex_matmul(k: KernelContext, m, n, kk, batch, a_off, b_off) -> None:
+    dt = k.out.dtype
+    p = _CPREFIX[dt]
+    total = batch * m * n
+    idx = idx_type(total, batch * m * kk, batch * kk * n)
+    params = [(k.buf("A", dt, True), k.node.inputs[0]), (k.buf("B", dt, True), k.node.inputs[1]),
+              (k.buf("C", dt), Ref(k.node.id))]
+    body = (f"    const {idx} batch = e / {m * n}, r = (e / {n}) % {m}, col = e % {n};\n"
+            f"    __global const {ctype(dt)}* a = A + ({a_off});\n"
+            f"    __global const {ctype(dt)}* b = B + ({b_off});\n"
+            f"    {ctype(dt)} acc = {literal(dt, 0)};\n"
+            f"    for ({idx} q = 0; q < {kk}; q++) acc += {p}_mul(a[r * {kk} + q], b[q * {n} + col]);\n"
+            f"    C[e] = acc;")
+    k.kernel(params, linear_loop("e", total, idx, body), groups(total, k.wg, k.max_groups()), k.wg)
+
+
+def matmul(k: KernelContext) -> None:
+    sa, sb = k.inputs
+    out = k.out
+    a_dims = (1,) + sa.dims if sa.rank == 1 else sa.dims
+    b_dims = sb.dims + (1,) if sb.rank == 1 else sb.dims
+    m, kk, n = a_dims[-2], a_dims[-1], b_dims[-1]
+    batch_dims = tuple(out.dims[:len(out.dims) - (sa.rank > 1) - (sb.rank > 1)])
+    batch = math.prod(batch_dims)
+    coords = unravel("batch", batch_dims) if batch_dims else []
+    a_off = f"({broadcast_index(batch_dims, a_dims[:-2], coords)}) * {m * kk}" if a_dims[:-2] else "0"
+    b_off = f"({broadcast_index(batch_dims, b_dims[:-2], coords)}) * {kk * n}" if b_dims[:-2] else "0"
+    c_off = f"batch * {m * n}"
+    if is_complex(out.dtype):
+        _complex_matmul(k, m, n, kk, batch, a_off, b_off)
+        return
+    gemm(k, k.node.inputs[0], k.node.inputs[1], Ref(k.node.id), out.dtype, m, n, kk, batch, a_off, b_off, c_off)
+
+
+def dense_solve(k: KernelContext) -> None:
+    from rlx_core.ir.ops.linalg import solve_rhs_is_vector
+    sa, sb = k.inputs
+    out = k.out
+    dt = out.dtype
+    nn = sa.dims[-1]
+    vector = solve_rhs_is_vector(sa.dims, sb.dims)
+    rhs_dims = sb.dims + (1,) if vector else sb.dims
+    nrhs = rhs_dims[-1]
+    batch_dims = out.dims[:len(out.dims) - (1 if vector else 2)]
+    batch = math.prod(batch_dims)
+    if batch == 0 or nn == 0:
+        return
+    t = ctype(dt)
+    complex_ = is_complex(dt)
+    p = _CPREFIX.get(dt)
+    coords = unravel("s", batch_dims) if batch_dims else []
+    a_off = f"({broadcast_index(batch_dims, sa.dims[:-2], coords)}) * {nn * nn}" if sa.dims[:-2] else "0"
+    b_off = f"({broadcast_index(batch_dims, rhs_dims[:-2], coords)}) * {nn * nrhs}" if rhs_dims[:-2] else "0"
+    wa = k.scratch(batch * nn * nn * (8 if dt in (DType.F64, DType.C64) else 16 if dt is DType.C128 else 4))
+    params = [(k.buf("A", dt, True), k.node.inputs[0]), (k.buf("B", dt, True), k.node.inputs[1]),
+              (f"__global {t}* W", wa), (k.buf("X", dt), Ref(k.node.id))]
+    mag = (lambda v: f"{p}_abs({v})") if complex_ else (lambda v: f"fabs({v})")
+    mul = (lambda x, y: f"{p}_mul({x}, {y})") if complex_ else (lambda x, y: f"({x}) * ({y})")
+    div = (lambda x, y: f"{p}_div({x}, {y})") if complex_ else (lambda x, y: f"({x}) / ({y})")
+    idx = idx_type(batch * nn * max(nn, nrhs))
+    body = f"""    __global {t}* w = W + s * {nn * nn};
+    __global {t}* x = X + s * {nn * nrhs};
+    const {idx} ao = {a_off}, bo = {b_off};
+    for (int e = 0; e < {nn * nn}; e++) w[e] = {load(dt, 'A', 'ao + e')};
+    for (int e = 0; e < {nn * nrhs}; e++) x[e] = {load(dt, 'B', 'bo + e')};
+    for (int c = 0; c < {nn}; c++) {{
+      int piv = c;
+      for (int r = c + 1; r < {nn}; r++) if ({mag('w[r * ' + str(nn) + ' + c]')} > {mag('w[piv * ' + str(nn) + ' + c]')}) piv = r;
+      if (piv != c) {{
+        for (int j = 0; j < {nn}; j++) {{ {t} tmp = w[c * {nn} + j]; w[c * {nn} + j] = w[piv * {nn} + j]; w[piv * {nn} + j] = tmp; }}
+        for (int j = 0; j < {nrhs}; j++) {{ {t} tmp = x[c * {nrhs} + j]; x[c * {nrhs} + j] = x[piv * {nrhs} + j]; x[piv * {nrhs} + j] = tmp; }}
+      }}
+      const {t} d = w[c * {nn} + c];
+      for (int r = c + 1; r < {nn}; r++) {{
+        const {t} f = {div(f'w[r * {nn} + c]', 'd')};
+        for (int j = c + 1; j < {nn}; j++) w[r * {nn} + j] -= {mul('f', f'w[c * {nn} + j]')};
+        for (int j = 0; j < {nrhs}; j++) x[r * {nrhs} + j] -= {mul('f', f'x[c * {nrhs} + j]')};
+      }}
+    }}
+    for (int c = {nn - 1}; c >= 0; c--) {{
+      for (int j = 0; j < {nrhs}; j++) {{
+        {t} v = x[c * {nrhs} + j];
+        for (int q = c + 1; q < {nn}; q++) v -= {mul(f'w[c * {nn} + q]', f'x[q * {nrhs} + j]')};
+        x[c * {nrhs} + j] = {div('v', f'w[c * {nn} + c]')};
+      }}
+    }}"""
+    k.kernel(params, linear_loop("s", batch, idx, body), groups(batch, k.wg, k.max_groups()), k.wg)
+
+
+GENERATORS = {"matmul": matmul, "dense_solve": dense_solve}
