@@ -68,6 +68,25 @@ def wg_reduce(var: str, buf: str, size: int, fold) -> str:
             f"    {var} = {buf}[0]; barrier(CLK_LOCAL_MEM_FENCE);")
 
 
+def pairwise_sum(var: str, t: str, n: int, elem, idx: str = "int") -> str:
+    """Statements declaring ``var`` = the sum of ``elem(j)`` for j < n, added in numpy's
+    order for a contiguous float sum of up to 128 elements (eight interleaved partial sums,
+    then a fixed tree; sequential below 8), so short sums round exactly as the reference's.
+    Longer sums are added in order."""
+    if n < 8 or n > 128:
+        return f"    {t} {var} = 0;\n    for ({idx} j = 0; j < {n}; j++) {var} += {elem('j')};\n"
+    p = f"{var}_r"
+    lines = [f"    {t} " + ", ".join(f"{p}{q} = {elem(str(q))}" for q in range(8)) + ";"]
+    full = n - n % 8
+    if full > 8:
+        adds = " ".join(f"{p}{q} += {elem(f'j + {q}')};" for q in range(8))
+        lines.append(f"    for ({idx} j = 8; j < {full}; j += 8) {{ {adds} }}")
+    lines.append(f"    {t} {var} = (({p}0 + {p}1) + ({p}2 + {p}3)) + (({p}4 + {p}5) + ({p}6 + {p}7));")
+    if n % 8:
+        lines.append(f"    for ({idx} j = {full}; j < {n}; j++) {var} += {elem('j')};")
+    return "\n".join(lines) + "\n"
+
+
 def _offset(coords, strides) -> str:
     terms = [c if s == 1 else f"({c}) * {s}" for c, s in zip(coords, strides) if s != 0]
     return " + ".join(terms) or "0"
@@ -112,9 +131,15 @@ def reduce_kernel(k: KernelContext) -> None:
                 f"    if (lid == 0) {{ {store(dt, 'out', 'o', final)} }}\n  }}")
         k.kernel(params, body, min(m, k.max_groups()) * size, size)
         return
-    body = (f"    const {idx} base = {base};\n    {t} acc = {identity(kind, dt)};\n"
-            f"    for ({idx} j = 0; j < {r}; j++) acc = {fold('acc', value)};\n"
-            f"    {store(dt, 'out', 'o', final)}")
+    trailing = list(axes) == list(range(x.rank - len(axes), x.rank))
+    if kind in ("sum", "mean") and dt.is_float and trailing:
+        elem = lambda j: load(dt, "x", f"base + {j}")  # noqa: E731
+        body = (f"    const {idx} base = {base};\n{pairwise_sum('acc', t, r, elem, idx)}"
+                f"    {store(dt, 'out', 'o', final)}")
+    else:
+        body = (f"    const {idx} base = {base};\n    {t} acc = {identity(kind, dt)};\n"
+                f"    for ({idx} j = 0; j < {r}; j++) acc = {fold('acc', value)};\n"
+                f"    {store(dt, 'out', 'o', final)}")
     k.kernel(params, linear_loop("o", m, idx, body), groups(m, k.wg, k.max_groups()), k.wg)
 
 
@@ -168,8 +193,8 @@ def softmax_kernel(k: KernelContext) -> None:
         body = (f"    const {idx} base = (o / {inner}) * {a * inner} + (o % {inner});\n"
                 f"    {t} m = -INFINITY;\n"
                 f"    for ({idx} j = 0; j < {a}; j++) m = {mx('m', load(dt, 'x', at))};\n"
-                f"    {t} s = 0;\n"
-                f"    for ({idx} j = 0; j < {a}; j++) s += exp({load(dt, 'x', at)} - m);\n"
+                + (pairwise_sum("s", t, a, lambda j: f"exp({load(dt, 'x', f'base + {j}')} - m)", idx) if inner == 1
+                   else f"    {t} s = 0;\n    for ({idx} j = 0; j < {a}; j++) s += exp({load(dt, 'x', at)} - m);\n") +
                 f"    for ({idx} j = 0; j < {a}; j++) {{ {store(dt, 'out', at, write)} }}")
         k.kernel(params, linear_loop("o", rows, idx, body), groups(rows, k.wg, k.max_groups()), k.wg)
         return
