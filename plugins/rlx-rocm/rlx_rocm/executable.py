@@ -32,14 +32,22 @@ from .steps import RNG_KINDS, KernelStep, RngStep
 
 __all__ = ["RocmExecutable", "KNOWN_OPTIONS"]
 
-KNOWN_OPTIONS = frozenset({"fuse", "gemm_tile"})
+KNOWN_OPTIONS = frozenset({"fuse", "gemm_tile", "conv"})
 FOREVER = 1 << 40
 
 
 def check_options(options: Mapping) -> None:
+    """Backend options: ``fuse`` (bool, default True: fuse elementwise chains), ``gemm_tile``
+    ("TMxTNxTK/WMxWN", see ``rlx_rocm.codegen.linalg``), ``conv`` ("auto" | "direct" |
+    "im2col": force one convolution route)."""
     unknown = set(options) - KNOWN_OPTIONS
     if unknown:
         raise RlxError(f"unknown rocm backend option(s) {sorted(unknown)}; known: {', '.join(sorted(KNOWN_OPTIONS))}")
+    if options.get("conv", "auto") not in ("auto", "direct", "im2col"):
+        raise RlxError(f"rocm backend option conv must be 'auto', 'direct' or 'im2col', got {options['conv']!r}")
+    if "gemm_tile" in options:
+        from .codegen.linalg import parse_tile
+        parse_tile(options["gemm_tile"])
 
 
 class RocmExecutable(ExecutableGraph):

@@ -39,7 +39,7 @@ def supported_ops(fp64: bool) -> dict[str, frozenset[DType] | None]:
                  "softmax", "log_softmax", "cumsum", "topk"):
         table[kind] = _accepted(kind, fp64)
     table["matmul"] = _accepted("matmul", fp64)
-    for kind in ("layer_norm", "rms_norm", "group_norm", "rope", "attention"):
+    for kind in ("layer_norm", "rms_norm", "group_norm", "rope", "attention", "conv", "conv_transpose2d", "pool2d"):
         table[kind] = _accepted(kind, fp64)
     table["dense_solve"] = frozenset({DType.F32, DType.C64} | ({DType.F64, DType.C128} if fp64 else set()))
     return {kind: dts for kind, dts in table.items() if dts is None or dts}

@@ -43,3 +43,21 @@ def test_bad_gemm_tile_option_is_refused():
         Session("rocm").compile(g, CompileOptions(backend={"gemm_tile": "big"}))
     with pytest.raises(RlxError, match="unknown rocm backend option"):
         Session("rocm").compile(g, CompileOptions(backend={"tile": 1}))
+
+
+def _cases(kind):
+    from rlx_core.testing import all_cases
+    return [c for c in all_cases([kind])]
+
+
+@pytest.mark.parametrize("case", _cases("conv"), ids=lambda c: c.id)
+def test_conv_im2col_route_matches_the_reference(case):
+    from rlx_core.reference import evaluate
+    from rlx_core.testing import assert_close, build_case, make_data
+    g = build_case(case)
+    compiled = Session("rocm").compile(g, CompileOptions(backend={"conv": "im2col"}))
+    inputs, params = make_data(case)
+    for name, value in params.items():
+        compiled.set_param(name, value)
+    for got, want, shape in zip(compiled.run(inputs), evaluate(g, inputs, params), g.output_shapes):
+        assert_close(got, want, shape.dtype, case.tol)

@@ -86,8 +86,8 @@ def tile_for(k: KernelContext, m: int, n: int, kk: int, itemsize: int) -> Tile:
 
 def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: int,
          a_off: str = "0", b_off: str = "0", c_off: str = "0", bias=None, bias_off: str = "0",
-         tile: Tile | None = None,
-         lda: int | None = None, ldb: int | None = None) -> None:
+         tile: Tile | None = None, lda: int | None = None, ldb: int | None = None,
+         a_dt: DType | None = None, b_dt: DType | None = None) -> None:
     """C[batch] = A[batch] @ B[batch] (+ bias per row of C), all row-major.
 
     ``a``, ``b``, ``c``, ``bias``: arena slots. ``*_off``: C expressions of ``batch`` (the
@@ -102,18 +102,19 @@ def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: i
     lx, ly = t.lx, t.ly
     nt = lx * ly
     idx = idx_type(batch * max(m * kk, kk * n, m * n) + 1)
-    params = [(k.buf("A", dt, True), a), (k.buf("B", dt, True), b)]
+    a_dt, b_dt = a_dt or dt, b_dt or dt
+    params = [(k.buf("A", a_dt, True), a), (k.buf("B", b_dt, True), b)]
     if bias is not None:
         params.append((k.buf("bias", dt, True), bias))
     params.append((k.buf("C", dt), c))
 
     def ld(ptr, at):
-        v = load(dt, ptr, at)
+        v = load(a_dt if ptr == "a" else b_dt, ptr, at)
         return f"(({acc})({v}))" if wraps else v
 
     mul_add = "acc[i][j] += ar[i] * br[j];" if wraps else "acc[i][j] = fma(ar[i], br[j], acc[i][j]);"
-    vec_a = dt is DType.F32 and t.tk % 4 == 0 and lda % 4 == 0
-    vec_b = dt is DType.F32 and t.tn % 4 == 0 and ldb % 4 == 0
+    vec_a = a_dt is DType.F32 and acc == "float" and t.tk % 4 == 0 and lda % 4 == 0
+    vec_b = b_dt is DType.F32 and acc == "float" and t.tn % 4 == 0 and ldb % 4 == 0
     load_a_fast = (f"      for (int e = tid; e < {t.tm * t.tk // 4}; e += {nt}) {{\n"
                    f"        const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;\n"
                    f"        const float4 v = vload4(0, a + (bm + r) * ({idx}){lda} + k0 + q);\n"
@@ -133,8 +134,8 @@ def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: i
     body = f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {lx} + tx;
   const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
   const {idx} batch = get_group_id(2);
-  __global const {_st(dt)}* a = A + ({a_off});
-  __global const {_st(dt)}* b = B + ({b_off});
+  __global const {_st(a_dt)}* a = A + ({a_off});
+  __global const {_st(b_dt)}* b = B + ({b_off});
   __global {_st(dt)}* cm = C + ({c_off});
   __local {acc} As[{t.tk}][{t.tm + (1 if t.tm % 2 == 0 else 0)}];
   __local {acc} Bs[{t.tk}][{t.tn + (4 if vec_b else 1)}];
