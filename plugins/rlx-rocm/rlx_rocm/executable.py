@@ -178,13 +178,15 @@ class RocmExecutable(ExecutableGraph):
         if nbytes:
             self.cl.enqueue_copy(self.queue, self.arena, data, dst_offset=offset, is_blocking=False)
 
-    def copy(self, src_exe: "RocmExecutable", src, dst) -> None:
-        """Enqueue a device copy of value ``src`` of ``src_exe`` into value ``dst`` of this arena."""
-        s_off, nbytes = src_exe.region(src)
+    def copy(self, src_exe: "RocmExecutable", src, dst, src_extra: int = 0, dst_extra: int = 0) -> None:
+        """Enqueue a device copy of value ``src`` of ``src_exe`` (from byte ``src_extra`` of
+        it) into value ``dst`` of this arena (at byte ``dst_extra``)."""
+        s_off, s_bytes = src_exe.region(src)
         d_off, d_bytes = self.region(dst)
-        if nbytes:
-            self.cl.enqueue_copy(self.queue, self.arena, src_exe.arena, byte_count=min(nbytes, d_bytes),
-                                 src_offset=s_off, dst_offset=d_off)
+        nbytes = min(s_bytes - src_extra, d_bytes - dst_extra)
+        if nbytes > 0 and (src_exe is not self or s_off + src_extra != d_off + dst_extra):
+            self.cl.enqueue_copy(self.queue, self.arena, src_exe.arena, byte_count=nbytes,
+                                 src_offset=s_off + src_extra, dst_offset=d_off + dst_extra)
 
     def read_now(self, slot, shape) -> np.ndarray:
         """Read a value back (blocking: ends the queue's batch)."""

@@ -44,7 +44,8 @@ def supported_ops(fp64: bool) -> dict[str, frozenset[DType] | None]:
     table["dense_solve"] = frozenset({DType.F32, DType.C64} | ({DType.F64, DType.C128} if fp64 else set()))
     table["quantize"] = _accepted("quantize", fp64)
     table["dequantize"] = _accepted("dequantize", fp64)
-    table.update({"rng_uniform": ALL, "rng_normal": ALL})  # keyed by a template's dtype; outputs checked below
+    table.update({"rng_uniform": ALL, "rng_normal": ALL})
+    table.update({"if": ALL, "while": ALL, "scan": ALL})  # operands move as bytes; bodies are checked  # keyed by a template's dtype; outputs checked below
     if fp64:  # transforms accumulate in double precision, as the reference does
         table.update({"fft": _accepted("fft", fp64), "irfft": _accepted("irfft", fp64),
                       "rfft": _accepted("rfft", fp64)})
