@@ -1,0 +1,5 @@
+from rlx_core.testing import ConformanceSuite
+
+
+class TestMlx(ConformanceSuite):
+    device = "mlx"
