@@ -1,4 +1,6 @@
-"""The wgpu backend: one class serving the five device profiles (see ``rlx_wgpu.gpu``)."""
+"""The wgpu backend: one class serving the five device profiles (see ``rlx_wgpu.gpu``),
+built on :class:`DeviceBackend`, which compiles for any :class:`~rlx_wgpu.gpu.Profile`
+(public as ``rlx_wgpu.api.DeviceBackend`` / ``DeviceSpec``)."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -7,24 +9,39 @@ from rlx_core.errors import DeviceError
 from rlx_core.ir import Graph, Node
 from rlx_core.runtime import Availability, Backend, CompileOptions, Device
 
-from .gpu import PROFILES, open_gpu
+from .gpu import PROFILES, Profile, open_profile
 
-__all__ = ["WgpuBackend"]
+__all__ = ["WgpuBackend", "DeviceBackend"]
 
 
-class WgpuBackend(Backend):
-    def __init__(self, label: str):
-        self.profile = PROFILES[label]
-        self.name = "wgpu" if label == "gpu" else f"wgpu-{label}"
-        self.device = Device(label)
-        self._gpu = None
+class DeviceBackend(Backend):
+    """A Backend compiling with rlx-wgpu's code generation for the device ``spec`` opens.
+
+    Subclasses may override :meth:`device_spec` (the spec to open now, e.g. from an
+    environment variable), :meth:`is_available` (platform checks first), and
+    :meth:`overrides` (nodes to run with host kernels); ``option_names`` lists the
+    ``CompileOptions.backend`` keys accepted (the keys rlx-wgpu reads plus the
+    subclass's own, which :meth:`compile` leaves to the subclass).
+    """
+
+    option_names: tuple[str, ...] = ("matmul_tile",)
+
+    def __init__(self, name: str, device: Device | str, spec: Profile | None = None):
+        self.name = name
+        self.device = device if isinstance(device, Device) else Device(device)
+        self.spec = spec
+
+    def device_spec(self) -> Profile:
+        """The spec of the device to open (default: the one given to the constructor)."""
+        if self.spec is None:
+            raise DeviceError(f"backend '{self.name}' has no device spec")
+        return self.spec
 
     @property
     def gpu(self):
-        """The opened device (opened on first use; raises DeviceError if it cannot be)."""
-        if self._gpu is None:
-            self._gpu = open_gpu(self.profile.label)
-        return self._gpu
+        """The opened device (opened on first use, process-wide per spec; raises
+        DeviceError if it cannot be)."""
+        return open_profile(self.device_spec())
 
     def is_available(self) -> Availability:
         try:
@@ -45,15 +62,33 @@ class WgpuBackend(Backend):
         from .executable import WgpuExecutable
         return WgpuExecutable.capabilities
 
+    def overrides(self, graph: Graph, options: CompileOptions):
+        """A callable ``(graph, node) -> host kernel | None`` for this compile, or None
+        (the default: every node runs as generated WGSL)."""
+        return None
+
     def compile(self, graph: Graph, options: CompileOptions):
         from .executable import WgpuExecutable
-        unknown = set(options.backend) - {"matmul_tile"}
+        unknown = set(options.backend) - set(self.option_names)
         if unknown:
-            raise DeviceError(f"unknown wgpu backend option(s) {sorted(unknown)}; known: matmul_tile")
-        return WgpuExecutable(graph, options, self.gpu)
+            raise DeviceError(f"unknown {self.name} backend option(s) {sorted(unknown)}; known: "
+                              f"{', '.join(self.option_names)}")
+        return WgpuExecutable(graph, options, self.gpu, self.overrides(graph, options))
 
     def _f16(self) -> bool:
         try:
             return self.gpu.f16
         except Exception:
             return False
+
+
+class WgpuBackend(DeviceBackend):
+    def __init__(self, label: str):
+        super().__init__("wgpu" if label == "gpu" else f"wgpu-{label}", Device(label), PROFILES[label])
+        self.profile = PROFILES[label]
+
+    def compile(self, graph: Graph, options: CompileOptions):
+        unknown = set(options.backend) - {"matmul_tile"}
+        if unknown:
+            raise DeviceError(f"unknown wgpu backend option(s) {sorted(unknown)}; known: matmul_tile")
+        return super().compile(graph, options)

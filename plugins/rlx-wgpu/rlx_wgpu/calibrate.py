@@ -39,7 +39,7 @@ from .encoder import Encoder
 from .executable import WgpuExecutable
 from .gpu import Gpu, open_gpu
 
-__all__ = ["calibrate", "cache_path", "load_calibration", "device_seconds"]
+__all__ = ["calibrate", "cache_path", "load_calibration", "device_seconds", "measure", "LARGE_TILES"]
 
 KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns")
 LARGE_TILES = ("128x128x8/8x8", "128x128x16/8x8", "128x64x8/8x4", "64x64x16/4x4", "64x64x8/4x4")
@@ -74,7 +74,7 @@ def calibrate(label: str, refresh: bool = False, progress=print, matmul_size: in
         gpu.tuning = cached
         return cached
     n = matmul_size or (512 if gpu.info.get("adapter_type") == "CPU" else 4096)
-    result = _measure(gpu, n, progress)
+    result = measure(gpu, n, progress=progress)
     path = cache_path(gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
@@ -107,17 +107,20 @@ def _graph(name: str, build, *shapes) -> Graph:
 
 
 def _compiled(gpu: Gpu, graph: Graph, **backend) -> WgpuExecutable:
-    exe = WgpuExecutable(graph, CompileOptions(backend=backend), gpu)
+    exe = WgpuExecutable(graph, CompileOptions(backend=backend), gpu, None)
     rng = np.random.default_rng(0)
     exe.run({n.attrs["name"]: rng.standard_normal(n.attrs["dims"]).astype(np.float32) for n in graph.input_nodes})
     return exe
 
 
-def _measure(gpu: Gpu, n: int, progress) -> dict:
+def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print) -> dict:
+    """Measure ``gpu`` now (no cache): an f32 ``n``^3 matmul with each of ``tiles`` (the
+    fastest becomes ``matmul_tile``), memory bandwidth, roundtrip and transfer (see the
+    module docstring for the keys)."""
     flops = 2.0 * n ** 3
     matmul = _graph("calib-matmul", lambda g, a, b: g.matmul(a, b), (n, n), (n, n))
     measured = {}
-    for tile in LARGE_TILES:
+    for tile in tiles:
         exe = _compiled(gpu, matmul, matmul_tile=tile)
         measured[tile] = flops / device_seconds(gpu, exe) / 1e9
         progress(f"calibrate {gpu.profile.label}: matmul {n}^3 tile {tile}: {measured[tile]:.0f} GFLOP/s")

@@ -6,6 +6,14 @@ value, scratch and data region, uploads constants, and binds every dispatch to i
 arena slices once. A run then writes the inputs, encodes every step into one command
 encoder, copies the outputs into a mapped readback buffer and submits once (control flow
 adds a submit per condition it reads).
+
+On a device opened with unified memory (``Gpu.unified_memory``: wgpu's
+``mappable-primary-buffers`` on an adapter that shares the host's memory) the arena is
+host-mappable: a run maps it to write the inputs in place, and maps it again after the
+submit to read the outputs, with no staging buffer and no readback copy.
+
+``overrides`` (``rlx_wgpu.api``): a callable ``(graph, node) -> kernel | None``; a node
+it gives a kernel for runs on the host as a step of its own (see ``HostStep``).
 """
 from __future__ import annotations
 
@@ -25,8 +33,8 @@ from .control import CONTROL_KINDS
 from .encoder import Encoder
 from .layout import device_nbytes, from_device, to_device
 from .plan import Item, plan
-from .schedule import ALIAS_KINDS, FOLDED_KINDS, schedule
-from .steps import FOREVER, RNG_KINDS, KernelStep, RngStep
+from .schedule import ALIAS_KINDS, FOLDED_KINDS, NO_STEP_KINDS, schedule
+from .steps import FOREVER, RNG_KINDS, HostStep, KernelStep, RngStep
 
 __all__ = ["WgpuExecutable"]
 
@@ -34,22 +42,26 @@ __all__ = ["WgpuExecutable"]
 class WgpuExecutable(ExecutableGraph):
     capabilities = frozenset({"fused_elementwise", "out_buffers", "control_flow"})
 
-    def __init__(self, graph: Graph, options: CompileOptions, gpu):
+    def __init__(self, graph: Graph, options: CompileOptions, gpu, overrides=None):
         self.graph = graph
         self.options = options
         self.gpu = gpu
         self.rng = options.rng
+        self.overrides = overrides
         self._lock = threading.Lock()
         self._children: dict[int, WgpuExecutable] = {}
         self._aliases = {Ref(n.id): n.inputs[0] for n in graph.nodes if n.kind in ALIAS_KINDS}
         self._constants = {Ref(n.id): _constant_value(n) for n in graph.nodes
                            if n.kind == "constant" or n.kind in FOLDED_KINDS}
-        self.steps = [self._step(i, s) for i, s in enumerate(schedule(graph, gpu.max_bindings))]
+        self._host_kernels = self._overridden()
+        steps = schedule(graph, gpu.max_bindings, unfused=frozenset(self._host_kernels))
+        self.steps = [self._step(i, s) for i, s in enumerate(steps)]
         self.host_writes = any(s.host_writes for s in self.steps)
         items = self._items()
         self._sizes = {it.key: it.nbytes for it in items}
         self._offsets, self.arena_bytes = plan(items, gpu.alignment)
-        self.arena = gpu.storage_buffer(self.arena_bytes, f"arena of graph '{graph.name}'")
+        self.mapped = bool(getattr(gpu, "unified_memory", False))  # the arena is host-mappable
+        self.arena = gpu.storage_buffer(self.arena_bytes, f"arena of graph '{graph.name}'", mappable=self.mapped)
         for ref, value in self._constants.items():
             self.write(ref, to_device(value, graph.shape_of(ref).dtype))
         for step in self.steps:
@@ -61,8 +73,23 @@ class WgpuExecutable(ExecutableGraph):
         self.last_submits = 0  # queue submits of the latest run (1 unless control flow reads a condition)
 
     # --- compiling ----------------------------------------------------------------------------
+    def _overridden(self) -> dict:
+        """node id -> host kernel, for the nodes ``overrides`` takes over."""
+        if self.overrides is None:
+            return {}
+        found = {}
+        for node in self.graph.nodes:
+            if node.kind in NO_STEP_KINDS or node.kind in ALIAS_KINDS or node.kind in CONTROL_KINDS:
+                continue
+            kernel = self.overrides(self.graph, node)
+            if kernel is not None:
+                found[node.id] = kernel
+        return found
+
     def _step(self, index: int, step):
         node = step.root
+        if node.id in self._host_kernels:
+            return HostStep(index, node, self._host_kernels[node.id])
         if node.kind in CONTROL_KINDS:
             return CONTROL_KINDS[node.kind](index, node, self)
         k = KernelContext(self.graph, node, self.gpu, self.options.backend)
@@ -106,7 +133,10 @@ class WgpuExecutable(ExecutableGraph):
         return ref
 
     def _readback_plan(self):
-        """The mapped buffer outputs are copied into, and each output's offset in it."""
+        """The mapped buffer outputs are copied into, and each output's offset in it
+        (none on a mapped arena: outputs are read where they are)."""
+        if self.mapped:
+            return None, []
         at, size = [], 0
         for ref in self.graph.outputs:
             at.append(size)
@@ -116,7 +146,8 @@ class WgpuExecutable(ExecutableGraph):
     def child(self, graph: Graph) -> "WgpuExecutable":
         """The executable of a control-flow body, compiled once per subgraph."""
         if id(graph) not in self._children:
-            self._children[id(graph)] = WgpuExecutable(graph, self.options.with_(trace=False), self.gpu)
+            self._children[id(graph)] = WgpuExecutable(graph, self.options.with_(trace=False), self.gpu,
+                                                       self.overrides)
         return self._children[id(graph)]
 
     # --- regions --------------------------------------------------------------------------------
@@ -143,6 +174,40 @@ class WgpuExecutable(ExecutableGraph):
 
     def write(self, slot, data: np.ndarray) -> None:
         self.gpu.device.queue.write_buffer(self.arena, self.region(slot)[0], data)
+
+    def write_values(self, refs, values) -> None:
+        """Host arrays into the regions of ``refs`` before the next submit: mapped in place
+        on a mapped arena (the device must be idle: after a read), else queued writes."""
+        data = [to_device(v, self.graph.shape_of(r).dtype) for r, v in zip(refs, values)]
+        if not self.mapped:
+            for ref, raw in zip(refs, data):
+                self.write(ref, raw)
+            return
+        self.arena.map_sync(self.gpu.wgpu.MapMode.WRITE)
+        try:
+            for ref, raw in zip(refs, data):
+                if raw.size:
+                    self.arena.write_mapped(raw, self.region(ref)[0])
+        finally:
+            self.arena.unmap()
+
+    def read_values(self, ctx: Encoder, refs, out=None) -> list[np.ndarray]:
+        """The values of ``refs`` once all work encoded in ``ctx`` is done (submits it)."""
+        shapes = [self.graph.shape_of(r) for r in refs]
+        outs = out if out is not None else [None] * len(refs)
+        if not self.mapped:
+            return [from_device(ctx.read(self.arena, *self.region(r)), s, o) for r, s, o in zip(refs, shapes, outs)]
+        ctx.flush()
+        self.arena.map_sync(self.gpu.wgpu.MapMode.READ)
+        try:
+            raw = self.arena.read_mapped(copy=False)
+            values = []
+            for ref, shape, o in zip(refs, shapes, outs):
+                offset, nbytes = self.region(ref)
+                values.append(from_device(raw[offset:offset + nbytes], shape, o))
+            return values
+        finally:
+            self.arena.unmap()
 
     def input_regions(self) -> list[tuple[int, int]]:
         return [self.region(Ref(n.id)) for n in self.graph.input_nodes]
@@ -171,6 +236,8 @@ class WgpuExecutable(ExecutableGraph):
 
     def run(self, inputs: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         with self._lock:
+            if self.mapped:
+                return self._run_mapped(inputs, out)
             for name, ref in self._inputs.items():
                 self.write(ref, to_device(inputs[name], self.graph.shape_of(ref).dtype))
             ctx = Encoder(self.gpu)
@@ -183,6 +250,17 @@ class WgpuExecutable(ExecutableGraph):
             if self._tracer is not None:
                 self._tracer.end_run()
             return self._read_outputs(out)
+
+    def _run_mapped(self, inputs, out):
+        """A run on a mapped arena: inputs written in place, outputs read in place."""
+        self.write_values(list(self._inputs.values()), [inputs[name] for name in self._inputs])
+        ctx = Encoder(self.gpu)
+        self.encode(ctx)
+        results = self.read_values(ctx, list(self.graph.outputs), None if out is None else list(out))
+        self.last_submits = ctx.submits
+        if self._tracer is not None:
+            self._tracer.end_run()
+        return results
 
     def _read_outputs(self, out):
         buf = self._readback

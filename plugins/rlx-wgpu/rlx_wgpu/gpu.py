@@ -19,22 +19,40 @@ import os
 import re
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from rlx_core.errors import DeviceError, DeviceUnavailableError
 
-__all__ = ["Profile", "PROFILES", "SPEC_DEFAULT_LIMITS", "Gpu", "open_gpu", "find_adapter", "adapter_rank",
-           "adapter_summary", "is_software", "opened", "SOFTWARE_ADAPTERS"]
+__all__ = ["Profile", "PROFILES", "SPEC_DEFAULT_LIMITS", "Gpu", "open_gpu", "open_profile", "opened_profile",
+           "find_adapter", "adapter_rank", "adapter_summary", "is_software", "opened", "SOFTWARE_ADAPTERS",
+           "POWER_PREFERENCES", "UNIFIED_MEMORY_FEATURE", "wants_unified_memory"]
 
 
 @dataclass(frozen=True)
 class Profile:
+    """What device to open and how (public as ``rlx_wgpu.api.DeviceSpec``; see there)."""
+
     label: str                # the RLX device label
     backend_type: str | None  # wgpu backend type to force; None: any
     portable: bool = False    # spec-default limits, no optional features
+    power_preference: str | None = None  # "high-performance" | "low-power" | None (discrete first)
+    adapter_name: str | None = None      # only adapters whose name contains this (case-insensitive)
+    unified_memory: bool | str = False   # mapped arena instead of staging copies: True, False or "auto"
+    tuning: Callable | None = field(default=None, compare=True)  # (Gpu) -> calibration dict or None
+    env_adapter: bool = False            # RLX_WGPU_ADAPTER applies (the ``gpu`` profile)
+
+    def __post_init__(self):
+        if self.power_preference not in POWER_PREFERENCES:
+            raise ValueError(f"power_preference must be one of {POWER_PREFERENCES}, got {self.power_preference!r}")
+        if self.unified_memory not in (True, False, "auto"):
+            raise ValueError(f"unified_memory must be True, False or 'auto', got {self.unified_memory!r}")
 
 
-PROFILES = {p.label: p for p in (Profile("gpu", None), Profile("vulkan", "Vulkan"), Profile("opengl", "OpenGL"),
+POWER_PREFERENCES = (None, "high-performance", "low-power")
+
+
+PROFILES = {p.label: p for p in (Profile("gpu", None, env_adapter=True), Profile("vulkan", "Vulkan"), Profile("opengl", "OpenGL"),
                                  Profile("directx", "D3D12"), Profile("webgpu", None, portable=True))}
 
 # The WebGPU specification's default limits (what every conformant implementation grants).
@@ -60,10 +78,15 @@ _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 1, "D3D12": 2, "OpenGL": 3}
 
 
-def adapter_rank(info) -> tuple:
+_LOW_POWER_RANK = {"IntegratedGPU": 0, "DiscreteGPU": 1, "VirtualGPU": 2, "CPU": 3}
+
+
+def adapter_rank(info, power_preference: str | None = None) -> tuple:
     """Sort key of an adapter (lower is better): discrete before integrated before
-    virtual before CPU, then Vulkan, Metal, DirectX 12, OpenGL."""
-    return (_TYPE_RANK.get(info.get("adapter_type"), 4), _BACKEND_RANK.get(info.get("backend_type"), 4))
+    virtual before CPU (integrated first with ``power_preference="low-power"``), then
+    Vulkan, Metal, DirectX 12, OpenGL."""
+    types = _LOW_POWER_RANK if power_preference == "low-power" else _TYPE_RANK
+    return (types.get(info.get("adapter_type"), 4), _BACKEND_RANK.get(info.get("backend_type"), 4))
 
 
 # Drivers that implement a GPU API on the CPU (lower case, matched as words in the adapter
@@ -96,16 +119,20 @@ def _adapters() -> tuple:
 
 def find_adapter(profile: Profile):
     """The adapter ``profile`` uses, or raise DeviceUnavailableError saying what exists."""
-    found = sorted(_adapters(), key=lambda a: adapter_rank(a.info))
+    found = sorted(_adapters(), key=lambda a: adapter_rank(a.info, profile.power_preference))
     candidates = [a for a in found if profile.backend_type in (None, a.info["backend_type"])]
-    wanted = os.environ.get("RLX_WGPU_ADAPTER", "").strip()
-    if wanted and profile.label == "gpu":
+    wanted = os.environ.get("RLX_WGPU_ADAPTER", "").strip() if profile.env_adapter else ""
+    if wanted:
         candidates = [a for a in candidates if wanted.lower() in a.info["device"].lower()]
+    if profile.adapter_name:
+        candidates = [a for a in candidates if profile.adapter_name.lower() in a.info["device"].lower()]
     if not candidates:
         seen = "; ".join(adapter_summary(a.info) for a in found) or "none"
         need = f"backend type {profile.backend_type}" if profile.backend_type else "any backend type"
-        if wanted and profile.label == "gpu":
+        if wanted:
             need += f" named like RLX_WGPU_ADAPTER={wanted!r}"
+        if profile.adapter_name:
+            need += f" named like {profile.adapter_name!r}"
         raise DeviceUnavailableError(f"no wgpu adapter of {need} on this machine (adapters: {seen})")
     return candidates[0]
 
@@ -123,6 +150,9 @@ class Gpu:
             features, limits = [], dict(SPEC_DEFAULT_LIMITS)
         else:
             features, limits = [f for f in OPTIONAL_FEATURES if f in self.adapter.features], None
+        self.unified_memory = wants_unified_memory(profile, self.info, self.adapter.features)
+        if self.unified_memory:
+            features.append(UNIFIED_MEMORY_FEATURE)
         self.device = self.adapter.request_device_sync(label=f"rlx-{profile.label}", required_features=features,
                                                        required_limits=limits)
         self.features = frozenset(self.device.features)
@@ -153,7 +183,7 @@ class Gpu:
         return {"adapter": self.info.get("device"), "vendor": self.info.get("vendor"),
                 "driver": self.info.get("description"), "backend_type": self.info.get("backend_type"),
                 "adapter_type": self.info.get("adapter_type"), "software": is_software(self.info),
-                "profile": self.profile.label,
+                "profile": self.profile.label, "unified_memory": self.unified_memory,
                 "shader_f16": self.f16, "max_buffer_size": self.limits["max-buffer-size"],
                 "max_storage_binding": self.max_binding_bytes, "workgroup_storage": self.workgroup_bytes}
 
@@ -163,10 +193,14 @@ class Gpu:
         return adapter_summary(self.info) + portable
 
     def tuned_matmul_tile(self) -> str | None:
-        """The fastest large matmul tile measured by calibration on this adapter, if any."""
+        """The fastest large matmul tile measured by calibration on this adapter, if any
+        (from ``profile.tuning`` when the profile supplies its own calibration)."""
         if self.tuning is None:
-            from .calibrate import load_calibration
-            self.tuning = load_calibration(self) or {}
+            if self.profile.tuning is not None:
+                self.tuning = self.profile.tuning(self) or {}
+            else:
+                from .calibrate import load_calibration
+                self.tuning = load_calibration(self) or {}
         return self.tuning.get("matmul_tile")
 
     # --- pipelines ----------------------------------------------------------------------
@@ -202,13 +236,17 @@ class Gpu:
         return len(self._pipelines)
 
     # --- buffers --------------------------------------------------------------------------
-    def storage_buffer(self, nbytes: int, label: str = ""):
+    def storage_buffer(self, nbytes: int, label: str = "", mappable: bool = False):
+        """A storage buffer; ``mappable``: also mapped by the host for reading and writing
+        (only on a device opened with unified memory)."""
         u = self.wgpu.BufferUsage
         if nbytes > self.limits["max-buffer-size"]:
             raise DeviceError(f"{label or 'buffer'} needs {nbytes} bytes, more than this device's "
                                          f"max-buffer-size {self.limits['max-buffer-size']}")
-        return self.device.create_buffer(size=max(nbytes, 4), usage=u.STORAGE | u.COPY_SRC | u.COPY_DST,
-                                         label=label)
+        usage = u.STORAGE | u.COPY_SRC | u.COPY_DST
+        if mappable and self.unified_memory:
+            usage |= u.MAP_READ | u.MAP_WRITE
+        return self.device.create_buffer(size=max(nbytes, 4), usage=usage, label=label)
 
     def sync(self) -> None:
         """Block until the device has finished all submitted work. (A 4-byte read waits for
@@ -222,7 +260,20 @@ class Gpu:
         return self.device.create_buffer(size=max(nbytes, 4), usage=u.MAP_READ | u.COPY_DST)
 
 
-_OPEN: dict[str, Gpu] = {}
+UNIFIED_MEMORY_FEATURE = "mappable-primary-buffers"  # wgpu-native: MAP_READ/MAP_WRITE on storage buffers
+_SHARED_MEMORY_TYPES = ("IntegratedGPU", "CPU")    # adapters whose memory is the host's
+
+
+def wants_unified_memory(profile: Profile, info, features) -> bool:
+    """Whether a device of ``profile`` on this adapter maps its arena (see ``DeviceSpec``):
+    never for portable profiles or adapters without wgpu's ``mappable-primary-buffers``;
+    with ``"auto"`` only where the adapter shares the host's memory (integrated or CPU)."""
+    if profile.portable or not profile.unified_memory or UNIFIED_MEMORY_FEATURE not in features:
+        return False
+    return profile.unified_memory is True or info.get("adapter_type") in _SHARED_MEMORY_TYPES
+
+
+_OPEN: dict[Profile, Gpu] = {}
 _OPEN_LOCK = threading.Lock()
 
 
@@ -230,12 +281,23 @@ def opened(label: str) -> Gpu | None:
     """The opened device of profile ``label`` if this process has opened it, else None
     (opens nothing)."""
     with _OPEN_LOCK:
-        return _OPEN.get(label)
+        return _OPEN.get(PROFILES[label]) if label in PROFILES else None
 
 
 def open_gpu(label: str) -> Gpu:
     """The process-wide opened device of profile ``label`` (opened on first use)."""
+    return open_profile(PROFILES[label])
+
+
+def open_profile(profile: Profile) -> Gpu:
+    """The process-wide opened device of ``profile`` (opened on first use)."""
     with _OPEN_LOCK:
-        if label not in _OPEN:
-            _OPEN[label] = Gpu(PROFILES[label])
-        return _OPEN[label]
+        if profile not in _OPEN:
+            _OPEN[profile] = Gpu(profile)
+        return _OPEN[profile]
+
+
+def opened_profile(profile: Profile) -> Gpu | None:
+    """The opened device of ``profile`` if this process has opened it (opens nothing)."""
+    with _OPEN_LOCK:
+        return _OPEN.get(profile)

@@ -33,21 +33,24 @@ class Step:
         return self.nodes[-1]
 
 
-def fusable(graph: Graph, node: Node) -> bool:
-    """Whether ``node`` is elementwise on dtypes the fused kernels compute."""
-    return node.kind in ELEMENTWISE_KINDS and supports(node.kind, operand_dtype(graph, node), node.outputs[0].dtype)
+def fusable(graph: Graph, node: Node, unfused: frozenset = frozenset()) -> bool:
+    """Whether ``node`` is elementwise on dtypes the fused kernels compute (and not one of
+    the node ids in ``unfused``, which run as steps of their own)."""
+    return node.id not in unfused and node.kind in ELEMENTWISE_KINDS and \
+        supports(node.kind, operand_dtype(graph, node), node.outputs[0].dtype)
 
 
-def schedule(graph: Graph, max_bindings: int) -> list[Step]:
-    """The steps of ``graph`` in run order (see the module docstring)."""
+def schedule(graph: Graph, max_bindings: int, unfused: frozenset = frozenset()) -> list[Step]:
+    """The steps of ``graph`` in run order (see the module docstring); nodes whose ids are
+    in ``unfused`` never join a fused group."""
     uses = _use_counts(graph)
     absorbed: set[int] = set()
     groups: dict[int, list[Node]] = {}
     for node in reversed(graph.nodes):
-        if node.id in absorbed or not fusable(graph, node):
+        if node.id in absorbed or not fusable(graph, node, unfused):
             continue
         members = [node]
-        _absorb(graph, node, members, absorbed, uses, max_bindings)
+        _absorb(graph, node, members, absorbed, uses, max_bindings, unfused)
         groups[node.id] = sorted(members, key=lambda n: n.id)
     steps = []
     for node in graph.nodes:
@@ -57,17 +60,18 @@ def schedule(graph: Graph, max_bindings: int) -> list[Step]:
     return steps
 
 
-def _absorb(graph: Graph, consumer: Node, members: list[Node], absorbed: set[int], uses, max_bindings) -> None:
+def _absorb(graph: Graph, consumer: Node, members: list[Node], absorbed: set[int], uses, max_bindings,
+            unfused: frozenset) -> None:
     for ref in consumer.inputs:
         producer = graph.nodes[ref.node]
         if (producer.id in absorbed or uses[ref] != 1 or len(producer.outputs) != 1
-                or producer.outputs[0].dims != consumer.outputs[0].dims or not fusable(graph, producer)):
+                or producer.outputs[0].dims != consumer.outputs[0].dims or not fusable(graph, producer, unfused)):
             continue
         if _operand_count(graph, members + [producer]) > max_bindings - 1:
             continue
         members.append(producer)
         absorbed.add(producer.id)
-        _absorb(graph, producer, members, absorbed, uses, max_bindings)
+        _absorb(graph, producer, members, absorbed, uses, max_bindings, unfused)
 
 
 def _operand_count(graph: Graph, members: list[Node]) -> int:

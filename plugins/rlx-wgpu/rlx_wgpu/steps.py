@@ -7,6 +7,10 @@ it is encoded into a run.
   them (``rlx_core.rng.draw``: onnxruntime's sequential engine has no parallel form) and
   the step copies them in.
 
+* :class:`HostStep`: a node a caller's override runs on the host (``rlx_wgpu.api``):
+  the run submits what came before, reads the node's inputs, calls the kernel and
+  writes its outputs back before the next step.
+
 Control-flow steps are in :mod:`rlx_wgpu.control`. Every step has ``index``, ``reads``,
 ``writes``, ``items()`` (its scratch, data and seed regions for the planner),
 ``bind(exe)`` (after the arena exists) and ``encode(exe, ctx)``.
@@ -22,7 +26,7 @@ from .codegen.base import Data, KernelContext, Scratch, Seeds
 from .layout import device_nbytes, to_device
 from .plan import Item
 
-__all__ = ["KernelStep", "RngStep", "FOREVER", "RNG_KINDS"]
+__all__ = ["KernelStep", "RngStep", "HostStep", "FOREVER", "RNG_KINDS"]
 
 FOREVER = 1 << 40  # the "last" step of regions that live across runs
 RNG_KINDS = frozenset({"rng_uniform", "rng_normal"})
@@ -92,3 +96,43 @@ class RngStep(KernelStep):
         exe.gpu.device.queue.write_buffer(self._staging, 0, to_device(values, out.dtype))
         offset, nbytes = exe.region(Ref(self.node.id))
         ctx.copy(self._staging, 0, exe.arena, offset, nbytes)
+
+
+class HostStep:
+    """A node run by a host kernel ``kernel(node, inputs) -> array | sequence of arrays``
+    (inputs: host arrays of the node's input shapes; one result per output, of the
+    output's dims, cast to its dtype)."""
+
+    host_writes = True
+
+    def __init__(self, index: int, node: Node, kernel):
+        self.index = index
+        self.node = node
+        self.nodes = (node,)
+        self.kernel = kernel
+        self.label = f"{node.label} (host)"
+        self.reads = list(node.inputs)
+        self.writes = [Ref(node.id, i) for i in range(len(node.outputs))]
+
+    def items(self) -> list[Item]:
+        return []
+
+    def bind(self, exe) -> None:
+        pass
+
+    def encode(self, exe, ctx) -> None:
+        args = exe.read_values(ctx, self.reads)
+        results = self.kernel(self.node, args)
+        if isinstance(results, np.ndarray) or not isinstance(results, (list, tuple)):
+            results = [results]
+        if len(results) != len(self.writes):
+            raise RuntimeError(f"host kernel for {self.node.label} returned {len(results)} value(s), "
+                               f"expected {len(self.writes)}")
+        values = []
+        for value, shape in zip(results, self.node.outputs):
+            value = np.asarray(value)
+            if value.shape != shape.dims:
+                raise RuntimeError(f"host kernel for {self.node.label} returned dims {value.shape}, "
+                                   f"expected {shape.dims}")
+            values.append(value.astype(shape.dtype.np, copy=False))
+        exe.write_values(self.writes, values)

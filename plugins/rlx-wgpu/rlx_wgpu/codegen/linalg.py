@@ -67,7 +67,14 @@ def pick_tile(m: int, n: int, forced: str | None = None, tuned: str | None = Non
     if forced:
         return parse_tile(forced)
     if m >= 512 and n >= 512:
-        return TILES[tuned if tuned in TILES else "128x128x8/8x8"]
+        if tuned in TILES:
+            return TILES[tuned]
+        if tuned:  # a caller-supplied calibration may name any valid tile
+            try:
+                return parse_tile(tuned)
+            except RlxError:
+                pass
+        return TILES["128x128x8/8x8"]
     if m >= 64 and n >= 64:
         return TILES["64x64x8/4x4"]
     return TILES["16x16x8/4x4"]
