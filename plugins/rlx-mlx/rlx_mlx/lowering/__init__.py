@@ -91,6 +91,13 @@ def mx_dtype(dtype) -> Any:
         raise GraphError(f"MLX has no {dt} type") from None
 
 
+def _describe_dtype(mx_dt) -> str:
+    try:
+        return DType.of(np_dtype(mx_dt)).value
+    except Exception:
+        return str(mx_dt).rsplit(".", 1)[-1]
+
+
 def np_dtype(mx_dt) -> np.dtype:
     """The numpy dtype of an MLX dtype."""
     if _BACK is None:
@@ -179,8 +186,9 @@ def _lower_node(node: Node, args: list[Any], ctx: LowerContext) -> list[Any]:
         if r.dtype != want and shape.dtype.is_low_float and mx.issubdtype(r.dtype, mx.floating):
             r = r.astype(want)
         if tuple(r.shape) != shape.dims or r.dtype != want:
-            raise GraphError(f"mlx lowering of {node.label} output {i} gave {list(r.shape)} {r.dtype}, "
-                             f"expected {shape}")
+            got = _describe_dtype(r.dtype)
+            raise GraphError(f"mlx lowering of {node.label} output {i} gave {list(r.shape)} {got}, "
+                             f"expected {list(shape.dims)} {shape.dtype}")
         outs.append(r)
     return outs
 
