@@ -109,6 +109,11 @@ def opened() -> "ClDevice | None":
         return _devices.get((platform.name, platform.version, device.name, device.driver_version))
 
 
+def _type_name(cl, value: int) -> str:
+    names = [n for n in ("GPU", "CPU", "ACCELERATOR", "CUSTOM") if value & getattr(cl.device_type, n, 0)]
+    return " | ".join(names) or str(value)
+
+
 class ClDevice:
     def __init__(self, platform, device, stand_in: bool):
         cl = self.cl = _cl()
@@ -134,7 +139,7 @@ class ClDevice:
         self.info = {
             "platform": platform.name.strip(), "platform_version": platform.version.strip(),
             "device": device.name.strip(), "vendor": device.vendor.strip(),
-            "device_type": cl.device_type.to_string(device.type), "compute_units": self.compute_units,
+            "device_type": _type_name(cl, device.type), "compute_units": self.compute_units,
             "global_mem_bytes": int(device.global_mem_size), "max_alloc_bytes": self.max_alloc,
             "local_mem_bytes": self.local_mem, "max_work_group_size": self.max_work_group,
             "opencl_version": device.version.strip(), "opencl_c_version": device.opencl_c_version.strip(),
@@ -142,7 +147,9 @@ class ClDevice:
         }
         self.device_id = "|".join(str(self.info[k]) for k in ("platform", "platform_version", "device", "driver",
                                                                "opencl_version"))
-        self.workgroup = 64 if self.software else 256  # threads per work-group of 1-D kernels
+        self.workgroup = min(1024 if self.software else 256, self.max_work_group)  # of 1-D kernels
+        from .calibrate import load_tuning
+        self.tuning = load_tuning(self) or {}  # the calibrated GEMM tile, when measured before
 
     # --- reports ---------------------------------------------------------------------
     def describe(self) -> dict:

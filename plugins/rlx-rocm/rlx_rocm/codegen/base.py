@@ -79,16 +79,18 @@ def _prod(dims) -> int:
     return math.prod(dims)
 
 
-def groups(n: int, wg: int, cap: int) -> int:
-    """Global size of a grid-stride loop over ``n`` items in work-groups of ``wg``."""
+def groups(n: int, wg: int, cap: int = 0) -> int:
+    """Global size of a flat launch over ``n`` items in work-groups of ``wg`` (0 when empty).
+    ``cap`` is ignored: one work-item per item, the launch shape every OpenCL driver
+    handles best (PoCL vectorizes across work-items; a grid-stride loop defeats it)."""
     if n <= 0:
         return 0
-    return max(wg, min(-(-n // wg), cap) * wg)
+    return -(-n // wg) * wg
 
 
 def linear_loop(var: str, n: int, idx: str, body: str) -> str:
-    return (f"  for ({idx} {var} = ({idx})get_global_id(0); {var} < ({idx}){n}; {var} += ({idx})get_global_size(0)) {{\n"
-            f"{body}\n  }}")
+    """The body of a flat launch: work-item ``var`` < ``n`` runs ``body``."""
+    return f"  const {idx} {var} = ({idx})get_global_id(0);\n  if ({var} < ({idx}){n}) {{\n{body}\n  }}"
 
 
 @dataclass

@@ -1,0 +1,165 @@
+"""Calibration for the cost model: what the OpenCL device behind ``rocm`` really does.
+
+* ``sgemm_gflops``: f32 matmul throughput (GFLOP/s) of the fastest GEMM tile
+  (``rlx_rocm.codegen.linalg.TILES``), timed on device work alone (runs enqueued back to
+  back, one wait), at 4096^3 on GPUs and 256^3 on CPU devices (PoCL runs at CPU
+  speed); the winning tile is kept as this device's ``gemm_tile`` and used for every
+  large product from then on;
+* ``memory_bw_gbps``: bytes read plus written per second by a streaming kernel;
+* ``roundtrip_overhead_ns``: one complete ``run`` of a one-element graph (input copy,
+  kernel, output copy, wait): the fixed cost of any run;
+* ``transfer_bw_gbps``: host <-> device bytes per second of complete runs of the
+  streaming kernel, less its device time and the roundtrip;
+* ``software``: the OpenCL device is the host CPU (PoCL): device selection never
+  prefers it to ``cpu`` on these figures alone.
+
+Results are cached per device in ``$XDG_CACHE_HOME/rlx/rocm-tuning-<device>.json``
+(default ``~/.cache/rlx``), written atomically; a missing, stale or corrupt file is
+measured again. ``python -m rlx_rocm.calibrate [--refresh] [--size N]`` prints the
+result as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rlx_core import CompileOptions, Graph
+
+__all__ = ["calibrate", "cache_path", "load_tuning", "device_seconds", "KEYS"]
+
+KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns", "transfer_bw_gbps")
+GPU_TILES = ("128x128x16/8x8", "128x128x8/8x8", "128x64x16/8x4", "64x64x16/4x4", "64x64x8/4x4")
+CPU_TILES = ("64x64x16/4x4", "32x32x8/4x4")
+FORMAT = 1
+
+
+def cache_path(dev) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlx"
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dev.info['device']}-{dev.info['driver']}").strip("-")
+    return root / f"rocm-tuning-{slug[:80]}.json"
+
+
+def load_tuning(dev) -> dict | None:
+    """The cached calibration of ``dev``, or None when there is none (or it is corrupt or stale)."""
+    from .codegen.linalg import parse_tile
+    try:
+        data = json.loads(cache_path(dev).read_text())
+        ok = isinstance(data, dict) and data.get("format") == FORMAT and \
+            data.get("device_id") == dev.device_id and isinstance(data.get("software"), bool) and \
+            all(isinstance(data.get(k), (int, float)) and data[k] > 0 for k in KEYS)
+        if ok:
+            parse_tile(data["gemm_tile"])
+            return data
+    except Exception:  # missing, unreadable, corrupt: measured again
+        pass
+    return None
+
+
+def calibrate(refresh: bool = False, progress=None, matmul_size: int | None = None) -> dict:
+    """Measure (or read from the cache) the device ``rocm`` opens here."""
+    from rlx_core.runtime import registry
+    from .opencl import open_device
+    registry().backend("rocm")  # the probe: raises DeviceUnavailableError with the reason
+    dev = open_device()
+    cached = None if refresh else load_tuning(dev)
+    if cached is not None:
+        dev.tuning = cached
+        return cached
+    result = _measure(dev, matmul_size or (256 if dev.software else 4096), progress or (lambda m: None))
+    path = cache_path(dev)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, path)
+    dev.tuning = result
+    return result
+
+
+def device_seconds(exe, min_seconds: float = 0.2, max_repeats: int = 100) -> float:
+    """Seconds per run of ``exe``'s device work (inputs already in place): runs enqueued
+    back to back, one wait; enough of them to take ``min_seconds``; best of two."""
+    def timed(repeats: int) -> float:
+        start = time.perf_counter()
+        for _ in range(repeats):
+            exe.enqueue()
+        exe.queue.finish()
+        return (time.perf_counter() - start) / repeats
+    once = timed(1)
+    repeats = max(2, min(max_repeats, int(min_seconds / max(once, 1e-6))))
+    return min(timed(repeats) for _ in range(2))
+
+
+def _graph(name: str, build, *shapes) -> Graph:
+    g = Graph(name)
+    g.set_outputs([build(g, *(g.input(f"x{i}", s) for i, s in enumerate(shapes)))])
+    return g
+
+
+def _compiled(dev, graph: Graph, **backend):
+    from .executable import RocmExecutable
+    exe = RocmExecutable(graph, CompileOptions(backend=backend), dev)
+    rng = np.random.default_rng(0)
+    exe.run({n.attrs["name"]: rng.standard_normal(n.attrs["dims"]).astype(np.float32) for n in graph.input_nodes})
+    return exe
+
+
+def _measure(dev, n: int, progress) -> dict:
+    flops = 2.0 * n ** 3
+    matmul = _graph("calib-matmul", lambda g, a, b: g.matmul(a, b), (n, n), (n, n))
+    measured = {}
+    for tile in (CPU_TILES if dev.software else GPU_TILES):
+        try:
+            exe = _compiled(dev, matmul, gemm_tile=tile)
+        except Exception as e:  # a tile this device cannot build or run
+            progress(f"calibrate rocm: tile {tile} failed: {e}")
+            continue
+        measured[tile] = flops / device_seconds(exe, 0.1 if dev.software else 0.2) / 1e9
+        progress(f"calibrate rocm: matmul {n}^3 tile {tile}: {measured[tile]:.1f} GFLOP/s")
+        del exe
+    best = max(measured, key=measured.get)
+    size = min(1 << (22 if dev.software else 26), dev.max_alloc // 16)
+    stream = _compiled(dev, _graph("calib-stream", lambda g, x: g.neg(x), (size,)))
+    stream_s = device_seconds(stream, 0.1)
+    bandwidth = 8.0 * size / stream_s / 1e9
+    tiny = _compiled(dev, _graph("calib-tiny", lambda g, x: g.neg(x), (1,)))
+    feed = {"x0": np.zeros(1, np.float32)}
+    times = []
+    for _ in range(30):
+        start = time.perf_counter_ns()
+        tiny.run(feed)
+        times.append(time.perf_counter_ns() - start)
+    roundtrip = float(np.median(times))
+    feed = {"x0": np.random.default_rng(0).standard_normal(size).astype(np.float32)}
+    wall = []
+    for _ in range(3):
+        start = time.perf_counter_ns()
+        stream.run(feed)
+        wall.append(time.perf_counter_ns() - start)
+    copy_ns = max(min(wall) - stream_s * 1e9 - roundtrip, min(wall) * 0.05, 1.0)
+    transfer = max(8.0 * size / copy_ns, 0.01)
+    progress(f"calibrate rocm: memory {bandwidth:.1f} GB/s, roundtrip {roundtrip / 1e3:.0f} us, "
+             f"transfer {transfer:.1f} GB/s")
+    return {"sgemm_gflops": measured[best], "memory_bw_gbps": bandwidth, "roundtrip_overhead_ns": roundtrip,
+            "transfer_bw_gbps": transfer, "software": bool(dev.software), "gemm_tile": best, "matmul_size": n,
+            "matmul_gflops_by_tile": measured, "device_id": dev.device_id, "format": FORMAT,
+            **{k: v for k, v in dev.describe().items() if k in ("device", "platform", "driver", "stand_in")}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlx_rocm.calibrate", description=__doc__.splitlines()[0])
+    parser.add_argument("--refresh", action="store_true", help="measure again even if a cached result exists")
+    parser.add_argument("--size", type=int, default=None, help="matmul size (default 4096 on GPUs, 256 on CPUs)")
+    args = parser.parse_args(argv)
+    result = calibrate(args.refresh, progress=lambda m: print(m, flush=True), matmul_size=args.size)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
