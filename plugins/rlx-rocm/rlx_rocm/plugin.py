@@ -83,3 +83,16 @@ def rlx_calibrate(backend: str, device):
         return None
     from .calibrate import calibrate
     return calibrate()
+
+
+def _register_telemetry() -> None:
+    """AMD GPU telemetry for ``rlx_core.hw`` (AMD SMI, imported on first read only)."""
+    try:
+        from rlx_core.hw import register_telemetry_provider
+        from .telemetry import AmdSmiProvider
+    except ImportError:  # a core without GPU telemetry support
+        return
+    register_telemetry_provider(AmdSmiProvider())
+
+
+_register_telemetry()
