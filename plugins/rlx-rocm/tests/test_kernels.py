@@ -14,7 +14,7 @@ def _run(g, feeds, **backend):
 @pytest.mark.parametrize("tile", [str(t) for t in TILES])
 def test_gemm_tiles_on_edges_and_full_tiles(tile):
     rng = np.random.default_rng(0)
-    for m, k, n in ((130, 70, 129), (128, 64, 128)):
+    for m, k, n in ((130, 70, 129),):  # full tiles (vload4 path) in the first blocks, edges after
         g = Graph("mm")
         a, b = g.input("a", (m, k)), g.input("b", (k, n))
         g.set_outputs([g.matmul(a, b)])

@@ -39,6 +39,7 @@ class Tile:
     tk: int
     wm: int
     wn: int
+    db: bool = False  # double-buffered: the next K-tile is fetched into registers while this one computes
 
     @property
     def lx(self) -> int:
@@ -49,21 +50,24 @@ class Tile:
         return self.tm // self.wm
 
     def __str__(self) -> str:
-        return f"{self.tm}x{self.tn}x{self.tk}/{self.wm}x{self.wn}"
+        return f"{self.tm}x{self.tn}x{self.tk}/{self.wm}x{self.wn}" + ("/db" if self.db else "")
 
 
 def parse_tile(text: str) -> Tile:
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)/(\d+)x(\d+)", str(text).strip())
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(/db)?", str(text).strip())
     if not m:
-        raise RlxError(f"rocm backend option gemm_tile must look like '64x64x16/4x4' (TMxTNxTK/WMxWN), got {text!r}")
-    t = Tile(*(int(g) for g in m.groups()))
+        raise RlxError(f"rocm backend option gemm_tile must look like '64x64x16/4x4' (TMxTNxTK/WMxWN, "
+                       f"'/db' appended for the double-buffered kernel), got {text!r}")
+    t = Tile(*(int(g) for g in m.groups()[:5]), db=bool(m.group(6)))
     if t.tm % t.wm or t.tn % t.wn or min(t.tm, t.tn, t.tk, t.wm, t.wn) < 1:
         raise RlxError(f"rocm gemm_tile {text!r}: TM must be a multiple of WM and TN of WN")
     return t
 
 
 TILES = [parse_tile(t) for t in ("128x128x16/8x8", "128x128x8/8x8", "128x64x16/8x4", "64x64x16/4x4",
-                                 "64x64x8/4x4", "32x32x16/2x2", "32x32x8/4x4", "16x16x16/1x1")]
+                                 "64x64x8/4x4", "32x32x16/2x2", "32x32x8/4x4", "16x16x16/1x1",
+                                 "128x128x16/8x8/db", "128x128x8/8x8/db", "128x64x16/8x4/db", "64x64x16/4x4/db",
+                                 "64x64x8/4x4/db")]
 SMALL = parse_tile("16x16x16/2x2")
 
 
@@ -79,7 +83,7 @@ def tile_for(k: KernelContext, m: int, n: int, kk: int, itemsize: int) -> Tile:
         if m < tile.tm or n < tile.tn:
             tile = SMALL
     while (tile.lx * tile.ly > k.dev.max_work_group or
-           tile.tk * (tile.tm + tile.tn + 2) * itemsize > k.dev.local_mem) and tile != SMALL:
+           (2 if tile.db else 1) * tile.tk * (tile.tm + tile.tn + 6) * itemsize > k.dev.local_mem) and tile != SMALL:
         tile = SMALL
     return tile
 
@@ -184,8 +188,130 @@ def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: i
       }}
     }}
   }}"""
+    if t.db:
+        body = _double_buffered(t, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_off, a_dt, b_dt, vec_a, vec_b,
+                                ld, mul_add, wraps, bias, bias_off)
     attrs = f"__attribute__((reqd_work_group_size({lx}, {ly}, 1))) "
     k.kernel(params, body, (-(-n // t.tn) * lx, -(-m // t.tm) * ly, batch), (lx, ly, 1), attrs=attrs)
+
+
+def _double_buffered(t: Tile, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_off, a_dt, b_dt, vec_a, vec_b,
+                     ld, mul_add, wraps, bias, bias_off) -> str:
+    """The GEMM body with two local buffers: the next K-tile is read into registers while
+    the current one is multiplied, then stored into the other buffer (one barrier per tile)."""
+    lx, ly = t.lx, t.ly
+    nt = lx * ly
+    na, nb = t.tm * t.tk, t.tk * t.tn
+    ra, rb = -(-na // nt), -(-nb // nt)
+    ra4, rb4 = -(-(na // 4) // nt), -(-(nb // 4) // nt)
+    nk = -(-kk // t.tk)
+    zero = f"(({acc})0)"
+    tmp, tnp = t.tm + (1 if t.tm % 2 == 0 else 0), t.tn + (4 if vec_b else 1)
+    regs_a, regs_b = max(ra, 4 * ra4 if vec_a else 0), max(rb, 4 * rb4 if vec_b else 0)
+    fetch_scalar = f"""      for (int u = 0; u < {ra}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na}) {{ const int r = e / {t.tk}, q = e % {t.tk};
+          pa[u] = (bm + r < {m} && k0 + q < {kk}) ? {ld('a', f'(bm + r) * ({idx}){lda} + k0 + q')} : {zero}; }}
+      }}
+      for (int u = 0; u < {rb}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb}) {{ const int q = e / {t.tn}, cc = e % {t.tn};
+          pb[u] = (k0 + q < {kk} && bn + cc < {n}) ? {ld('b', f'(k0 + q) * ({idx}){ldb} + bn + cc')} : {zero}; }}
+      }}"""
+    store_scalar = f"""      for (int u = 0; u < {ra}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na}) As[nxt][e % {t.tk}][e / {t.tk}] = pa[u];
+      }}
+      for (int u = 0; u < {rb}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb}) Bs[nxt][e / {t.tn}][e % {t.tn}] = pb[u];
+      }}"""
+    fetch_vec = store_vec = ""
+    if vec_a and vec_b:
+        fetch_vec = f"""      for (int u = 0; u < {ra4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
+          vstore4(vload4(0, a + (bm + r) * ({idx}){lda} + k0 + q), u, pa); }}
+      }}
+      for (int u = 0; u < {rb4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
+          vstore4(vload4(0, b + (k0 + q) * ({idx}){ldb} + bn + cc), u, pb); }}
+      }}"""
+        store_vec = f"""      for (int u = 0; u < {ra4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
+          As[nxt][q][r] = pa[4 * u]; As[nxt][q + 1][r] = pa[4 * u + 1];
+          As[nxt][q + 2][r] = pa[4 * u + 2]; As[nxt][q + 3][r] = pa[4 * u + 3]; }}
+      }}
+      for (int u = 0; u < {rb4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
+          vstore4(vload4(u, pb), 0, &Bs[nxt][q][cc]); }}
+      }}"""
+    if fetch_vec:
+        fetch = (f"    vec = full_mn && k0 + {t.tk} <= {kk};\n    if (vec) {{\n{fetch_vec}\n    }} else {{\n"
+                 f"{fetch_scalar}\n    }}")
+        store_ = f"    if (vec) {{\n{store_vec}\n    }} else {{\n{store_scalar}\n    }}"
+    else:
+        fetch, store_ = fetch_scalar, store_scalar
+    return f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {lx} + tx;
+  const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
+  const {idx} batch = get_group_id(2);
+  __global const {_st(a_dt)}* a = A + ({a_off});
+  __global const {_st(b_dt)}* b = B + ({b_off});
+  __global {_st(dt)}* cm = C + ({c_off});
+  __local {acc} As[2][{t.tk}][{tmp}];
+  __local {acc} Bs[2][{t.tk}][{tnp}];
+  {acc} acc[{t.wm}][{t.wn}];
+  {acc} pa[{regs_a}], pb[{regs_b}];
+  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = {zero};
+  const int full_mn = (bm + {t.tm} <= {m}) && (bn + {t.tn} <= {n});
+  int vec = 0;
+  if ({nk} > 0) {{
+    const {idx} k0 = 0;
+    const int nxt = 0;
+{fetch}
+{store_}
+  }}
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int tt = 0; tt < {nk}; tt++) {{
+    const int cur = tt & 1, nxt = cur ^ 1;
+    const {idx} k0 = ({idx})(tt + 1) * {t.tk};
+    const int more = tt + 1 < {nk};
+    if (more) {{
+{fetch}
+    }}
+    #pragma unroll
+    for (int q = 0; q < {t.tk}; q++) {{
+      {acc} ar[{t.wm}], br[{t.wn}];
+      #pragma unroll
+      for (int i = 0; i < {t.wm}; i++) ar[i] = As[cur][q][ty + i * {ly}];
+      #pragma unroll
+      for (int j = 0; j < {t.wn}; j++) br[j] = Bs[cur][q][tx + j * {lx}];
+      #pragma unroll
+      for (int i = 0; i < {t.wm}; i++) {{
+        #pragma unroll
+        for (int j = 0; j < {t.wn}; j++) {{ {mul_add} }}
+      }}
+    }}
+    if (more) {{
+{store_}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  for (int i = 0; i < {t.wm}; i++) {{
+    const {idx} r = bm + ty + i * {ly};
+    if (r >= {m}) continue;
+    for (int j = 0; j < {t.wn}; j++) {{
+      const {idx} col = bn + tx + j * {lx};
+      if (col < {n}) {{
+        {acc} v = acc[i][j];
+        {_bias(dt, bias, bias_off)}
+        {store(dt, 'cm', f'r * {n} + col', f'(({ctype(dt)})v)' if wraps else 'v')}
+      }}
+    }}
+  }}"""
 
 
 def _st(dt: DType) -> str:
