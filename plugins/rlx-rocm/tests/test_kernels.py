@@ -61,3 +61,20 @@ def test_conv_im2col_route_matches_the_reference(case):
         compiled.set_param(name, value)
     for got, want, shape in zip(compiled.run(inputs), evaluate(g, inputs, params), g.output_shapes):
         assert_close(got, want, shape.dtype, case.tol)
+
+
+@pytest.mark.parametrize("kind", ["argmax", "argmin"])
+def test_long_arg_reductions_keep_the_first_index_and_the_first_nan(kind):
+    rng = np.random.default_rng(3)
+    x = rng.integers(-5, 5, (2, 5000)).astype(np.float32)
+    x[1, [4000, 1700]] = np.nan
+    g = Graph("arg")
+    v = g.input("x", (2, 5000))
+    g.set_outputs([getattr(g, kind)(v)])
+    got = _run(g, {"x": x})[0]
+    np.testing.assert_array_equal(got, getattr(np, kind)(x, axis=-1))
+    xi = rng.integers(-3, 3, (3, 4096)).astype(np.int32)
+    g = Graph("arg-i")
+    v = g.input("x", (3, 4096), "i32")
+    g.set_outputs([getattr(g, kind)(v)])
+    np.testing.assert_array_equal(_run(g, {"x": xi})[0], getattr(np, kind)(xi, axis=-1))

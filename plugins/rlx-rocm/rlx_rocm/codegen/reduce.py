@@ -155,16 +155,52 @@ def arg_kernel(k: KernelContext) -> None:
     dt = x.dtype
     outer, a, inner = _rows(x, axis)
     m = outer * inner
+    if m == 0:
+        return
     idx = idx_type(x.size)
     op = ">" if k.node.kind == "argmax" else "<"
+    c = ctype(dt)
     params = [(k.buf("x", dt, True), k.node.inputs[0]), (k.buf("out", DType.I64), Ref(k.node.id))]
     take = f"v {op} best"
     if dt.is_float:
         take = f"(isnan(v) && !isnan(best)) || (!isnan(best) && v {op} best)"
-    body = (f"    const {idx} base = (o / {inner}) * {a * inner} + (o % {inner});\n"
-            f"    {ctype(dt)} best = {load(dt, 'x', 'base')}; long at = 0;\n"
+    base = f"(o / {inner}) * {a * inner} + (o % {inner})"
+    if a >= 1024 and m * 8 < k.dev.compute_units * 64:
+        # long rows, few of them: a work-group per row, (value, index) pairs reduced in a tree;
+        # the lower index wins ties and the first nan wins, as in the sequential scan
+        size = local_size(a, min(256, k.dev.max_work_group))
+        nan = ("if (isnan(bv) != isnan(ov)) { if (isnan(ov)) { bv = ov; bi = oi; } } else "
+               "if (isnan(bv) || bv == ov) { if (oi < bi) { bv = ov; bi = oi; } } else ") if dt.is_float else \
+            "if (bv == ov) { if (oi < bi) { bv = ov; bi = oi; } } else "
+        body = f"""  __local {c} rv[{size}];
+  __local long ri[{size}];
+  const int lid = get_local_id(0);
+  for ({idx} o = get_group_id(0); o < {m}; o += get_num_groups(0)) {{
+    const {idx} base = {base};
+    {c} best = {load(dt, 'x', 'base')}; long at = 0;
+    for ({idx} j = lid; j < {a}; j += {size}) {{
+      const {c} v = {load(dt, 'x', f'base + j * {inner}')};
+      if (j == lid || {take}) {{ best = v; at = j; }}
+    }}
+    rv[lid] = best; ri[lid] = at; barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = {size // 2}; s > 0; s >>= 1) {{
+      if (lid < s && lid + s < {a}) {{
+        {c} bv = rv[lid]; long bi = ri[lid];
+        const {c} ov = rv[lid + s]; const long oi = ri[lid + s];
+        {nan}if (ov {op} bv) {{ bv = ov; bi = oi; }}
+        rv[lid] = bv; ri[lid] = bi;
+      }}
+      barrier(CLK_LOCAL_MEM_FENCE);
+    }}
+    if (lid == 0) out[o] = ri[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}"""
+        k.kernel(params, body, min(m, k.max_groups()) * size, size)
+        return
+    body = (f"    const {idx} base = {base};\n"
+            f"    {c} best = {load(dt, 'x', 'base')}; long at = 0;\n"
             f"    for ({idx} j = 1; j < {a}; j++) {{\n"
-            f"      const {ctype(dt)} v = {load(dt, 'x', f'base + j * {inner}')};\n"
+            f"      const {c} v = {load(dt, 'x', f'base + j * {inner}')};\n"
             f"      if ({take}) {{ best = v; at = j; }}\n    }}\n"
             f"    out[o] = at;")
     k.kernel(params, linear_loop("o", m, idx, body), groups(m, k.wg, k.max_groups()), k.wg)
