@@ -29,6 +29,7 @@ from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 
 from .lowering import CONTROL_KINDS, RNG_KINDS, LowerContext, from_numpy, mx_dtype, to_numpy, trace_graph
 from .lowering.random import RngState, host_draws
+from .platform import jit_lock
 
 __all__ = ["Program", "GraphFunction", "MlxExecutable", "OUTPUT_KINDS"]
 
@@ -52,6 +53,7 @@ class GraphFunction:
         self.hosted = any(n.kind in CONTROL_KINDS for n in graph.nodes)
         self.compiled = program.compile and not self.hosted
         self._traced: dict[str, Any] = {}  # rng mode -> mx.compile'd trace
+        self._built: set[str] = set()  # rng modes whose fused kernels MLX has built (first evaluation done)
         self._draws: tuple[RngOptions | None, list] = (None, [])
 
     def __call__(self, args: Sequence[Any], rng: RngOptions) -> list[Any]:
@@ -61,7 +63,14 @@ class GraphFunction:
         draws = self._host_draws(rng) if mode == "ort" and self.rng_nodes else []
         if not self.compiled:
             return self._trace(list(args), seed, self.program.zero, draws, mode=mode, host=rng)
-        return self._function(mode)(list(args), seed, self.program.zero, draws)
+        fn = self._function(mode)
+        if mode in self._built or self.program.device_kind != "cpu":
+            return fn(list(args), seed, self.program.zero, draws)
+        with jit_lock():  # MLX builds the fused CPU kernels now (see platform.jit_lock)
+            outputs = fn(list(args), seed, self.program.zero, draws)
+            mx.eval(outputs)
+        self._built.add(mode)
+        return outputs
 
     def _function(self, mode: str):
         fn = self._traced.get(mode)

@@ -17,18 +17,22 @@ point stays cheap.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import os
 import shutil
 import sys
-from typing import Any
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Iterator
 
 from rlx_core.errors import DeviceUnavailableError, PolicyError
 from rlx_core.runtime import Availability
 
 __all__ = ["DEVICE_ENV", "DEVICES", "BUILDS", "requested_device", "installed_builds", "build_name",
-           "cheap_availability", "availability", "mlx_device", "cpu_fusion"]
+           "cheap_availability", "availability", "mlx_device", "cpu_fusion", "jit_lock"]
 
 DEVICE_ENV = "RLX_MLX_DEVICE"
 DEVICES = ("gpu", "cpu")
@@ -152,3 +156,39 @@ def mlx_device(requested: str | None) -> Any:
     if requested == "gpu" and gpu is None:
         raise DeviceUnavailableError(f"{DEVICE_ENV}=gpu, but {build_name()} has no GPU here")
     return mx.Device(mx.cpu if requested == "cpu" or gpu is None else mx.gpu)
+
+
+_JIT_THREADS = threading.Lock()
+
+
+@contextlib.contextmanager
+def jit_lock() -> Iterator[None]:
+    """Held around the first evaluation of a compiled function on MLX's CPU device, where
+    MLX builds its fused kernels: an exclusive lock shared by every process on the host.
+
+    MLX keeps the kernels it builds with the C++ compiler in one folder per version under
+    the temporary directory, shared by all processes, and a process that finds a kernel's
+    library there loads it -- also while another process is still writing it, or the
+    source it compiles from (pytest-xdist workers compiling the same graphs do exactly
+    that: truncated libraries, failed compiles, hangs). With the lock, RLX processes
+    build kernels one at a time; later runs, which only load them, do not take it."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no fcntl (and MLX's CPU JIT uses MSVC there)
+        with _JIT_THREADS:
+            yield
+        return
+    folder = Path(tempfile.gettempdir()) / "mlx"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / "rlx-mlx-jit.lock", "a+")
+    except OSError:  # an unwritable temporary directory: MLX cannot build kernels there either
+        with _JIT_THREADS:
+            yield
+        return
+    with _JIT_THREADS, handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
