@@ -22,6 +22,8 @@ from . import lowering
 
 def _int_matmul(a, b):
     dtype = a.dtype
+    if a.shape[-1] == 0:  # no terms: zeros, without an empty reduction (see reduce.py)
+        return mx.zeros(np.matmul(np.empty(a.shape, np.int8), np.empty(b.shape, np.int8)).shape, dtype)
     a, b = a.astype(mx.int64), b.astype(mx.int64)
     vec_a, vec_b = a.ndim == 1, b.ndim == 1
     if vec_a:

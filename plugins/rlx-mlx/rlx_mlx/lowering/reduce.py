@@ -2,6 +2,10 @@
 
 MLX widens narrow integers when it sums them (i8 -> i32); results are cast back to the
 input's dtype, which wraps exactly as the op defines (sums modulo 2**bits).
+
+Empty inputs never reach MLX's reductions: its CPU reduction over a zero-size input can
+spin without end (seen with mlx 0.32.4 on an f32 [0, 3] sum), so the result -- the
+reduction's identity, or nothing -- is built directly.
 """
 from __future__ import annotations
 
@@ -27,6 +31,8 @@ def _empty(x, axes, keepdims):
 def reduce_sum(x, *, axes, keepdims):
     if not axes:
         return x
+    if x.size == 0:
+        return mx.zeros(_empty(x, axes, keepdims), x.dtype)
     return _same(x, mx.sum(x, axis=tuple(axes), keepdims=keepdims))
 
 
@@ -34,6 +40,8 @@ def reduce_sum(x, *, axes, keepdims):
 def reduce_prod(x, *, axes, keepdims):
     if not axes:
         return x
+    if x.size == 0:
+        return mx.ones(_empty(x, axes, keepdims), x.dtype)
     return _same(x, mx.prod(x, axis=tuple(axes), keepdims=keepdims))
 
 
