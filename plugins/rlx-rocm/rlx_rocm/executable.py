@@ -38,7 +38,7 @@ FOREVER = 1 << 40
 
 def check_options(options: Mapping) -> None:
     """Backend options: ``fuse`` (bool, default True: fuse elementwise chains), ``gemm_tile``
-    ("TMxTNxTK/WMxWN", see ``rlx_rocm.codegen.linalg``), ``conv`` ("auto" | "direct" |
+    ("TMxTNxTK/WMxWN[/db]", see ``rlx_rocm.codegen.linalg``), ``conv`` ("auto" | "direct" |
     "im2col": force one convolution route)."""
     unknown = set(options) - KNOWN_OPTIONS
     if unknown:
