@@ -8,3 +8,8 @@ from rlx_core.testing import ConformanceSuite
 class TestMetal(ConformanceSuite):
     backend = "metal"
     device = "metal"
+
+
+class TestAne(ConformanceSuite):
+    backend = "coreml-ane"
+    device = "ane"
