@@ -133,7 +133,7 @@ class BackendFactory:
         """Availability without importing heavy libraries (module presence + plugin probe)."""
         missing = [m for m in self.requires if importlib.util.find_spec(m) is None]
         if missing:
-            return Availability(False, f"missing Python package(s): {', '.join(missing)}")
+            return Availability(False, f"missing Python package(s): {', '.join(missing)}", {"missing": missing})
         return self.probe() if self.probe else Availability(True, "")
 
 

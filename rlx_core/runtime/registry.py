@@ -345,12 +345,16 @@ _OVERRIDE_PREFIX = "RLX_BACKEND_"
 # Device label -> the distribution published from this repository that serves it. Devices not
 # listed (rocm, metal, mlx, ane) have no published plugin yet: add them when theirs lands.
 _PUBLISHED = {"cpu": "rlx-cpu", "cuda": "rlx-cuda", "tpu": "rlx-tpu", "gpu": "rlx-wgpu", "vulkan": "rlx-wgpu",
-              "opengl": "rlx-wgpu", "directx": "rlx-wgpu", "webgpu": "rlx-wgpu"}
+              "opengl": "rlx-wgpu", "directx": "rlx-wgpu", "webgpu": "rlx-wgpu", "rocm": "rlx-rocm", "mlx": "rlx-mlx",
+              "metal": "rlx-metal", "ane": "rlx-metal"}
 # Distribution -> the exact command that installs it (extras of rlx-core, or of the plugin).
 _INSTALL = {"rlx-cpu": 'pip install "rlx-core[cpu]"',
             "rlx-cuda": 'pip install "rlx-cuda[cuda12]" (or "rlx-cuda[cuda13]" for a CUDA 13 driver)',
             "rlx-tpu": 'pip install "rlx-core[tpu]"',
-            "rlx-wgpu": 'pip install "rlx-core[wgpu]"'}
+            "rlx-wgpu": 'pip install "rlx-core[wgpu]"',
+            "rlx-rocm": 'pip install "rlx-core[rocm]"',
+            "rlx-mlx": 'pip install "rlx-core[mlx]"',
+            "rlx-metal": 'pip install "rlx-core[metal]"'}
 # Optional features of rlx-core itself -> the command that installs them.
 _FEATURES = {"onnx": 'pip install "rlx-core[onnx]"',  # onnx, and onnxruntime for `rlx run --check`
              "plot": 'pip install "rlx-core[plot]"'}

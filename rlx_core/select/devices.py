@@ -224,9 +224,9 @@ def blocker_for(graph: Graph | None, device: "Device | str", policy: DevicePolic
         return Blocker(UNREGISTERED, "no installed plugin serves it", install_hint(dev))
     avail = entry.availability(full=probe == FULL)
     if not avail.ok:
+        fix = install_hint(dev) if avail.detail.get("missing") else "fix the driver or hardware named above"
         return Blocker(UNAVAILABLE, f"not available: {avail.reason or 'probe failed'}",
-                       f"fix the driver or hardware named above, or exclude the device with "
-                       f"{policy.env_prefix}_DENY_DEVICES={dev.label}")
+                       f"{fix}, or exclude the device with {policy.env_prefix}_DENY_DEVICES={dev.label}")
     policy_block = policy.blocker(dev)
     if policy_block:
         return Blocker(POLICY, *policy_block)

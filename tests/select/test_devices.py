@@ -173,3 +173,20 @@ def test_report_imports_no_backend_library():
     heavy = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                       check=True).stdout)
     assert heavy == []
+
+
+def test_a_missing_library_is_fixed_by_the_install_command(fresh_registry):
+    """A plugin whose Python library is absent (rlx-cuda without CuPy) is fixed by the exact
+    install command, not by "fix the driver"."""
+    from rlx_core.runtime import BackendFactory, hookimpl
+
+    class Plugin:
+        @hookimpl
+        def rlx_backends(self):
+            return [BackendFactory(name="cuda", device="cuda", create=lambda: None,
+                                   requires=("rlx_no_such_module_xyz",))]
+
+    register_backends(Plugin())
+    blocker = blocker_for(None, "cuda")
+    assert blocker.kind == "unavailable" and "missing Python package(s): rlx_no_such_module_xyz" in blocker.reason
+    assert blocker.fix == f"{install_hint('cuda')}, or exclude the device with RLX_DENY_DEVICES=cuda"
