@@ -105,11 +105,25 @@ def np_dtype(mx_dt) -> np.dtype:
     return _BACK[mx_dt].np
 
 
+_BF16_DIRECT: bool | None = None  # whether this MLX reads ml_dtypes' bfloat16 arrays (0.32 does, 0.29 not)
+
+
 def from_numpy(a: np.ndarray) -> Any:
     """A host array (bf16 included) as an MLX array of the same dtype (one copy)."""
+    global _BF16_DIRECT
     import mlx.core as mx
     a = np.asarray(a)
-    return mx.array(a, dtype=mx_dtype(DType.of(a.dtype)))
+    dt = DType.of(a.dtype)
+    if dt is DType.BF16 and _BF16_DIRECT is not True:
+        if _BF16_DIRECT is None:
+            try:
+                out = mx.array(a, dtype=mx.bfloat16)
+                _BF16_DIRECT = True
+                return out
+            except (TypeError, ValueError):
+                _BF16_DIRECT = False
+        return mx.array(np.ascontiguousarray(a).view(np.uint16)).view(mx.bfloat16)
+    return mx.array(a, dtype=mx_dtype(dt))
 
 
 def to_numpy(x) -> np.ndarray:

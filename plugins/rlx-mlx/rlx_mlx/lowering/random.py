@@ -5,10 +5,10 @@ The three modes of ``RngOptions``:
 * ``philox``: the program computes the u32 stream of ``rlx_core.rng.philox_u32`` bit for
   bit (u32 words; ``mulhi`` from u64 products), then maps it to numbers exactly as
   ``rlx_core.rng.draw`` does: uniforms equal the CPU backend's bit for bit, normals
-  agree to a few ulp (MLX's ``log``/``cos``). On GPUs the product of the uniform map
-  goes through an integer operation with a run-time zero, so that no compiler merges
-  it with the following add into a fused multiply-add (one rounding instead of
-  numpy's two).
+  agree to a few ulp (MLX's ``log``/``cos``). The product of the uniform map goes
+  through an integer operation with a run-time zero, so that no compiler merges it
+  with the following add into a fused multiply-add (one rounding instead of numpy's
+  two; MLX 0.29's CPU kernels did).
 * ``ort``: the executor runs ``rlx_core.rng.draw`` itself on the host and passes the
   values in (onnxruntime's generator is a sequential rejection loop that has no place
   on a device); they are drawn once per seed and kept.
@@ -100,8 +100,9 @@ def _box_muller(u1, u2):
 def _affine(rng: RngState, offset: float, factor, x):
     """``f32(offset) + x * factor`` with numpy's two f32 roundings."""
     product = x * factor
-    if rng.gpu:  # keep the product out of a fused multiply-add
-        product = (product.view(mx.uint32) ^ rng.zero).view(mx.float32)
+    # Keep the product out of a fused multiply-add: MLX 0.29's CPU kernels fuse it (one
+    # rounding instead of numpy's two, the last bit of some draws), GPU compilers may too.
+    product = (product.view(mx.uint32) ^ rng.zero).view(mx.float32)
     return mx.array(offset, mx.float32) + product
 
 
