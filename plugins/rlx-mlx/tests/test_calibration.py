@@ -1,7 +1,6 @@
 """Calibration feeds the cost model what MLX really does here: on MLX's Linux CPU build,
 whose GEMMs run on a reference BLAS, the cost model must not pick mlx for graphs that
 are mostly matmuls (measured for real, cached under a temporary XDG_CACHE_HOME)."""
-import numpy as np
 import pytest
 
 from rlx_core import Device, DevicePolicy, Graph, fastest_device_for

@@ -12,7 +12,8 @@
   ``none`` and ``causal`` without a soft cap, where every query row sees at least one
   key (``Sk >= Sq``): MLX's causal mask aligns queries to the end of the keys, as the op
   does. Other cases -- sliding windows, custom and bias masks, soft caps, rows without a
-  visible key (which give zeros here, NaN in ``mx.fast``) -- are composed.
+  visible key (which give zeros here, NaN in ``mx.fast``), f64 -- are composed (f64
+  exponentials through ``elementwise.exp``).
 
 ``rope`` is composed: ``mx.fast.rope`` computes its own angles from a base frequency,
 where the op takes the cos/sin tables as inputs. ``group_norm`` is composed.
@@ -23,11 +24,10 @@ import math
 
 import mlx.core as mx
 
-from rlx_core.ir import DType
-
 from rlx_core.ir.ops.nn import attention_visibility
 
 from . import lowering
+from .elementwise import exp
 
 
 def _flat_trailing(x, axis):
@@ -87,10 +87,11 @@ def group_norm(x, gamma, beta, *, num_groups, eps):
 def _fast_attention_fits(q, k, mask, softcap) -> bool:
     b, hq, sq, d = q.shape
     sk = k.shape[2]
-    return softcap is None and mask in ("none", "causal") and min(b, hq, sq, d, sk) > 0 and sk >= sq
+    return (q.dtype == mx.float32 and softcap is None and mask in ("none", "causal")
+            and min(b, hq, sq, d, sk) > 0 and sk >= sq)
 
 
-@lowering("attention", exclude={DType.F64})  # exp / f32 arithmetic inside MLX
+@lowering("attention")
 def attention(q, k, v, *mask_input, mask, window, scale, softcap):
     # 16-bit q, k and v arrive as f32 values: the scores, softmax and value product are
     # f32 as the reference computes them, rounded once at the end.
@@ -126,7 +127,7 @@ def _softmax_product(scores, v):
         return mx.zeros(tuple(scores.shape[:-1]) + (v.shape[-1],), scores.dtype)
     floor = mx.array(mx.finfo(scores.dtype).min, scores.dtype)
     top = mx.max(mx.maximum(scores, floor), axis=-1, keepdims=True)
-    weights = mx.exp(scores - top)
+    weights = exp(scores - top)
     total = mx.sum(weights, axis=-1, keepdims=True)
     return mx.matmul(weights, v) / mx.maximum(total, 1)
 
