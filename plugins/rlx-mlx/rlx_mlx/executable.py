@@ -3,9 +3,10 @@ executables that run them with their own params.
 
 A :class:`Program` holds one :class:`GraphFunction` per (sub)graph. A function without
 control-flow nodes at its top level is traced once and run under ``mx.compile`` (MLX
-fuses its elementwise chains into single kernels); one with control nodes runs node by
-node, MLX evaluating lazily, its ``if``/``while``/``scan`` decided on the host and their
-bodies run as functions of their own (see ``lowering.control``).
+fuses its elementwise chains into single kernels). One with control nodes is cut at
+them: each run of nodes between two control nodes is a :class:`Segment`, compiled with
+``mx.compile`` on its own; the ``if``/``while``/``scan`` between them are decided on the
+host and their bodies run as functions of their own (see ``lowering.control``).
 
 Data flow of a run: params are MLX arrays from ``set_param`` on (copied once, never
 again); numpy inputs are copied into MLX arrays by the call (MLX takes no foreign
@@ -27,11 +28,12 @@ from rlx_core.ir import Graph
 from rlx_core.rng import RngOptions
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 
-from .lowering import CONTROL_KINDS, RNG_KINDS, LowerContext, from_numpy, mx_dtype, to_numpy, trace_graph
+from .lowering import (CONTROL_KINDS, RNG_KINDS, LowerContext, _lower_node, from_numpy, mx_dtype, to_numpy,
+                       trace_graph, trace_nodes)
 from .lowering.random import RngState, host_draws
 from .platform import jit_lock
 
-__all__ = ["Program", "GraphFunction", "MlxExecutable", "OUTPUT_KINDS"]
+__all__ = ["Program", "GraphFunction", "Segment", "MlxExecutable", "OUTPUT_KINDS"]
 
 OUTPUT_KINDS = ("numpy", "mlx")
 
@@ -52,6 +54,7 @@ class GraphFunction:
         self.rng_nodes = [n for n in graph.nodes if n.kind in RNG_KINDS]
         self.hosted = any(n.kind in CONTROL_KINDS for n in graph.nodes)
         self.compiled = program.compile and not self.hosted
+        self.steps = _steps(self) if self.hosted and program.compile else None
         self._traced: dict[str, Any] = {}  # rng mode -> mx.compile'd trace
         self._built: set[str] = set()  # rng modes whose fused kernels MLX has built (first evaluation done)
         self._draws: tuple[RngOptions | None, list] = (None, [])
@@ -61,16 +64,11 @@ class GraphFunction:
         mode = rng.mode
         seed = mx.array(np.uint64(rng.seed))
         draws = self._host_draws(rng) if mode == "ort" and self.rng_nodes else []
+        if self.steps is not None:
+            return self._run_steps(list(args), seed, draws, rng)
         if not self.compiled:
             return self._trace(list(args), seed, self.program.zero, draws, mode=mode, host=rng)
-        fn = self._function(mode)
-        if mode in self._built or self.program.device_kind != "cpu":
-            return fn(list(args), seed, self.program.zero, draws)
-        with jit_lock():  # MLX builds the fused CPU kernels now (see platform.jit_lock)
-            outputs = fn(list(args), seed, self.program.zero, draws)
-            mx.eval(outputs)
-        self._built.add(mode)
-        return outputs
+        return _first_run_locked(self, mode, self._function(mode), (list(args), seed, self.program.zero, draws))
 
     def _function(self, mode: str):
         fn = self._traced.get(mode)
@@ -79,11 +77,31 @@ class GraphFunction:
             fn = self._traced[mode] = mx.compile(partial(self._trace, mode=mode, host=None))
         return fn
 
+    def _context(self, mode, seed, zero, by_node, host) -> LowerContext:
+        rng = RngState(mode, seed, zero, by_node, host, self.program.device_kind == "gpu")
+        return LowerContext(self.program.device_kind, rng, self.program.extra, None, self.program.run_subgraph)
+
     def _trace(self, args, seed, zero, draws, *, mode, host):
         by_node = {n.id: d for n, d in zip(self.rng_nodes, draws)}
-        rng = RngState(mode, seed, zero, by_node, host, self.program.device_kind == "gpu")
-        ctx = LowerContext(self.program.device_kind, rng, self.program.extra, None, self.program.run_subgraph)
+        ctx = self._context(mode, seed, zero, by_node, host)
         return trace_graph(self.graph, dict(zip(self.names, args)), ctx, self.outputs)
+
+    def _run_steps(self, args, seed, draws, rng: RngOptions) -> list[Any]:
+        """A hosted graph: its segments (compiled) and control nodes (on the host) in order."""
+        by_node = {n.id: d for n, d in zip(self.rng_nodes, draws)}
+        ctx = self._context(rng.mode, seed, self.program.zero, by_node, rng)
+        values = {(n.id, 0): a for n, a in zip(self.bound_nodes, args)}
+        for step in self.steps:
+            if isinstance(step, Segment):
+                step(values, seed, by_node, rng.mode)
+            else:
+                outs = _lower_node(step, [values[tuple(r)] for r in step.inputs], ctx)
+                values.update(((step.id, i), out) for i, out in enumerate(outs))
+        return [values[tuple(r)] for r in self.outputs]
+
+    @property
+    def bound_nodes(self) -> list:
+        return [n for n in self.graph.nodes if n.kind in ("input", "param") and n.attrs["name"] in self.names]
 
     def _host_draws(self, rng: RngOptions) -> list:
         seen, draws = self._draws
@@ -96,6 +114,88 @@ class GraphFunction:
         """Arrays of the arguments' dims and dtypes, never evaluated (for a dry trace)."""
         import mlx.core as mx
         return [mx.zeros(dims, mx_dtype(dt)) for dims, dt in self.specs]
+
+
+class Segment:
+    """A run of consecutive nodes of a hosted graph with no control node among them,
+    compiled as one ``mx.compile`` function: it reads the values ``reads`` (made before
+    it) and gives ``gives`` (the values later nodes or the outputs use)."""
+
+    def __init__(self, owner: GraphFunction, nodes: list, reads: list, gives: list):
+        self.owner = owner
+        self.program = owner.program
+        self.nodes = nodes
+        self.reads = reads
+        self.gives = gives
+        self.rng_nodes = [n for n in nodes if n.kind in RNG_KINDS]
+        self._traced: dict[str, Any] = {}
+        self._built: set[str] = set()
+
+    def __call__(self, values: dict, seed, by_node: dict, mode: str) -> None:
+        draws = [by_node[n.id] for n in self.rng_nodes] if mode == "ort" else []
+        args = ([values[r] for r in self.reads], seed, self.program.zero, draws)
+        values.update(zip(self.gives, _first_run_locked(self, mode, self._function(mode), args)))
+
+    def _function(self, mode: str):
+        fn = self._traced.get(mode)
+        if fn is None:
+            import mlx.core as mx
+            fn = self._traced[mode] = mx.compile(partial(self._trace, mode=mode))
+        return fn
+
+    def _trace(self, args, seed, zero, draws, *, mode):
+        by_node = {n.id: d for n, d in zip(self.rng_nodes, draws)}
+        values = dict(zip(self.reads, args))
+        trace_nodes(self.nodes, values, self.owner._context(mode, seed, zero, by_node, None))
+        return [values[r] for r in self.gives]
+
+    def placeholders(self) -> list:
+        import mlx.core as mx
+        shapes = [self.owner.graph.shape_of(r) for r in self.reads]
+        return [mx.zeros(s.dims, mx_dtype(s.dtype)) for s in shapes]
+
+
+def _steps(fn: GraphFunction) -> list:
+    """``fn``'s graph as steps: :class:`Segment` s between its control nodes, which stay
+    nodes (run on the host). Segments whose values nobody uses are dropped."""
+    graph = fn.graph
+    body = [n for n in graph.nodes if n.kind not in ("input", "param")]
+    last_use: dict[tuple, float] = {}
+    for position, node in enumerate(body):
+        for r in node.inputs:
+            last_use[tuple(r)] = position
+    for r in fn.outputs:
+        last_use[tuple(r)] = float("inf")
+    steps, run, start = [], [], 0
+    for position, node in enumerate(body + [None]):
+        if node is not None and node.kind not in CONTROL_KINDS:
+            if not run:
+                start = position
+            run.append(node)
+            continue
+        if run:
+            made = {(n.id, i) for n in run for i in range(len(n.outputs))}
+            reads = list(dict.fromkeys(tuple(r) for n in run for r in n.inputs if tuple(r) not in made))
+            gives = [ref for ref in sorted(made) if last_use.get(ref, -1) >= start + len(run)]
+            if gives:
+                steps.append(Segment(fn, run, reads, gives))
+            run = []
+        if node is not None:
+            steps.append(node)
+    return steps
+
+
+def _first_run_locked(owner, mode: str, fn, args) -> list:
+    """``fn(*args)``; its first evaluation on MLX's CPU device, where MLX builds the fused
+    kernels, under the host-wide :func:`~rlx_mlx.platform.jit_lock`."""
+    if mode in owner._built or owner.program.device_kind != "cpu":
+        return fn(*args)
+    import mlx.core as mx
+    with jit_lock():
+        outputs = fn(*args)
+        mx.eval(outputs)
+    owner._built.add(mode)
+    return outputs
 
 
 class Program:
@@ -145,6 +245,10 @@ class Program:
                     for attr in ("then_branch", "else_branch", "cond", "body"):
                         if attr in node.attrs:
                             self.function(node.attrs[attr])
+            with mx.stream(self.device):
+                for step in fn.steps or ():
+                    if isinstance(step, Segment):
+                        step._function("philox")(step.placeholders(), mx.array(np.uint64(0)), self.zero, [])
             return
         if fn.compiled:
             with mx.stream(self.device):

@@ -278,6 +278,10 @@ def test_control_flow_runs_on_the_host_with_compiled_bodies(monkeypatch):
     compiled = Session("mlx").compile(g)
     program = compiled.executable.program
     assert program.main.hosted and not program.main.compiled
+    # Cut at the loop: the nodes before it and after it are compiled segments.
+    steps = program.main.steps
+    assert [type(s).__name__ for s in steps] == ["Segment", "Node", "Segment"] and steps[1].kind == "while"
+    assert [n.kind for n in steps[2].nodes] == ["exp"] and set(steps[2]._traced) == {"philox"}
     bodies = [fn for fn in program._functions.values()]
     assert len(bodies) == 2 and all(fn.compiled for fn in bodies)  # cond and body: mx.compile each
     waits = []

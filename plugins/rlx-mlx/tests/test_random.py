@@ -87,7 +87,8 @@ def test_other_modes(mode):
 
 
 def _loops():
-    """rng nodes in a while body, a scan body, and a scan nested in a while body."""
+    """rng nodes in a while body, a scan body, a scan nested in a while body, and in a
+    compiled segment of the graph around them."""
     g = Graph("loops")
     x = g.input("x", (3,))
     counted = g.while_loop(lambda s, v, i: s.lt(i, 4),
@@ -100,7 +101,7 @@ def _loops():
                           s.reshape(s.concat([v, v, v]), (3, 3)))
         return s.reduce_max(inner, 0), s.add(i, 1)
     nest = g.while_loop(lambda s, v, i: s.lt(i, 2), nested, [x, g.constant(np.int32(0))])
-    g.set_outputs([counted[0], ys, nest[0]])
+    g.set_outputs([g.add(counted[0], g.rng_uniform((3,))), ys, nest[0]])  # and one drawn outside the loops
     return g
 
 

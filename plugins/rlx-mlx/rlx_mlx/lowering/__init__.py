@@ -35,7 +35,7 @@ import numpy as np
 from rlx_core.errors import GraphError
 from rlx_core.ir import DType, Graph, Node
 
-__all__ = ["Lowering", "LOWERINGS", "lowering", "LowerContext", "trace_graph", "mx_dtype", "np_dtype",
+__all__ = ["Lowering", "LOWERINGS", "lowering", "LowerContext", "trace_graph", "trace_nodes", "mx_dtype", "np_dtype",
            "is_low_float", "LOW_FLOATS", "from_numpy", "to_numpy", "CONTROL_KINDS", "RNG_KINDS"]
 
 CONTROL_KINDS = frozenset({"if", "while", "scan"})
@@ -172,11 +172,17 @@ def trace_graph(graph: Graph, bound: Mapping[str, Any], ctx: LowerContext, outpu
     for node in graph.nodes:
         if node.kind in ("input", "param"):
             values[(node.id, 0)] = bound.get(node.attrs["name"])
-            continue
-        outs = _lower_node(node, [values[r] for r in node.inputs], ctx)
+    trace_nodes([n for n in graph.nodes if n.kind not in ("input", "param")], values, ctx)
+    return [values[tuple(r)] for r in (graph.outputs if outputs is None else outputs)]
+
+
+def trace_nodes(nodes: Sequence[Node], values: dict, ctx: LowerContext) -> None:
+    """Lower ``nodes`` in order, reading their inputs from ``values`` (``(node id, output)``
+    -> array) and adding their outputs to it."""
+    for node in nodes:
+        outs = _lower_node(node, [values[tuple(r)] for r in node.inputs], ctx)
         for i, out in enumerate(outs):
             values[(node.id, i)] = out
-    return [values[tuple(r)] for r in (graph.outputs if outputs is None else outputs)]
 
 
 def _lower_node(node: Node, args: list[Any], ctx: LowerContext) -> list[Any]:
