@@ -65,6 +65,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         for name, path in export_onnx_models(names, Path(folder)):
             graph, inputs, params = load_case(path)
+            print(f"{name}: compiling and running", flush=True)  # where a crash happened, if one does
             start = time.perf_counter()
             compiled = session.compile(graph)
             compile_s = time.perf_counter() - start

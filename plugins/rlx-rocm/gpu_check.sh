@@ -25,7 +25,7 @@ if ! python3 -c 'import pyopencl' 2>/dev/null; then
     || exit 1
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
-export PYTHONPATH="$PWD:$PWD/plugins/rlx-rocm${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD:$PWD/plugins/rlx-rocm${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
 export RLX_ROCM_OPENCL_PLATFORM=${RLX_ROCM_OPENCL_PLATFORM:-NVIDIA}
 export XDG_CACHE_HOME=/tmp/rlx-rocm-cache  # not under $OUT: program binaries would come back too
 

@@ -35,7 +35,8 @@ __all__ = ["calibrate", "cache_path", "load_tuning", "device_seconds", "KEYS"]
 
 KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns", "transfer_bw_gbps")
 GPU_TILES = ("128x128x16/8x8", "128x128x8/8x8", "128x64x16/8x4", "64x64x16/4x4", "64x64x8/4x4",
-             "128x128x16/8x8/db", "128x128x8/8x8/db", "128x64x16/8x4/db", "64x64x16/4x4/db")
+             "128x128x16/8x8/db", "128x128x8/8x8/db", "128x64x16/8x4/db", "64x64x16/4x4/db",
+             "128x128x16/8x8/v", "128x128x8/8x8/v", "128x64x16/8x4/v", "64x128x16/4x8/v", "64x64x16/4x4/v")
 CPU_TILES = ("64x64x16/4x4", "32x32x8/4x4")
 FORMAT = 1
 

@@ -4,7 +4,8 @@ Compiling schedules the graph into steps (fused elementwise groups, one kernel s
 other node, rng and control-flow steps), generates their OpenCL C, builds one program
 for the graph (cached on disk), places every value, scratch region, param and constant
 in one arena (``rlx_core.runtime.arena.place``: values whose lifetimes do not overlap
-share bytes), uploads constants and binds every kernel to its arena slices once.
+share bytes), uploads constants and binds every kernel to the arena and its slots' byte
+offsets once (no sub-buffers).
 
 A run enqueues the input copies, every kernel and the output copies on the device's
 in-order queue, then waits once (``finish``): one flush per run. Outputs land straight
@@ -13,6 +14,7 @@ flow adds a blocking read of each condition it tests.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Mapping, Sequence
 
@@ -34,6 +36,8 @@ __all__ = ["RocmExecutable", "KNOWN_OPTIONS"]
 
 KNOWN_OPTIONS = frozenset({"fuse", "gemm_tile", "conv"})
 FOREVER = 1 << 40
+GUARD_ENV = "RLX_ROCM_GUARD"  # set (not "0"): bytes outside every slot are checked after each run
+GUARD_BYTE = 0xA5
 
 
 def check_options(options: Mapping) -> None:
@@ -115,7 +119,9 @@ class RocmExecutable(ExecutableGraph):
         self._regions = {key: (p.offset, p.nbytes) for key, p in placements.items()}
         self.arena_bytes = size
         self.arena = self.dev.buffer(size, f"the arena of graph '{g.name}'")
-        self._subs: dict = {}
+        self._gaps = _gaps(self._regions, max(size, 4)) if os.environ.get(GUARD_ENV, "") not in ("", "0") else None
+        if self._gaps is not None:  # guard mode: bytes no slot owns hold GUARD_BYTE, checked after each run
+            self.cl.enqueue_fill_buffer(self.queue, self.arena, np.uint8(GUARD_BYTE), 0, max(size, 4)).wait()
         for ref, value in self._constants.items():
             self.write(ref, value)
 
@@ -155,16 +161,14 @@ class RocmExecutable(ExecutableGraph):
         key = self.root(slot) if isinstance(slot, Ref) else slot
         return self._regions[key]
 
-    def argument(self, arg):
-        """A kernel argument: the sub-buffer of an arena slot, or a scalar as it is."""
-        if isinstance(arg, (Ref, Scratch)):
-            offset, nbytes = self.region(arg)
-            key = (offset, max(nbytes, 4))
-            sub = self._subs.get(key)
-            if sub is None:
-                sub = self._subs[key] = self.arena.get_sub_region(offset, max(nbytes, 4))
-            return sub
-        return arg
+    def argument(self, slot) -> tuple:
+        """``(arena buffer, byte offset)`` of an arena slot: what a kernel is bound to (no
+        sub-buffers; every offset is a multiple of the device's base address alignment)."""
+        offset, _ = self.region(slot)
+        if offset % self.dev.alignment:
+            raise DeviceError(f"graph '{self.graph.name}': arena slot {slot} at byte {offset}, not a multiple of "
+                              f"the device's alignment ({self.dev.alignment} bytes)")
+        return self.arena, offset
 
     def write(self, slot, data: np.ndarray) -> None:
         offset, nbytes = self.region(slot)
@@ -196,6 +200,24 @@ class RocmExecutable(ExecutableGraph):
             self.cl.enqueue_copy(self.queue, out, self.arena, src_offset=offset, is_blocking=True)
         return out
 
+    def check_guard(self) -> None:
+        """Guard mode (``RLX_ROCM_GUARD=1``): raise DeviceError when any byte of this arena
+        (or of a control-flow body's) that belongs to no value or scratch region lost its
+        guard byte -- a kernel or copy wrote outside the slot it was given (PoCL lets a
+        write past a buffer's end pass; a GPU driver may fault, or corrupt a neighbour)."""
+        data = np.empty(max(self.arena_bytes, 4), np.uint8)
+        self.cl.enqueue_copy(self.queue, data, self.arena, is_blocking=True)
+        for lo, hi in self._gaps:
+            bad = np.flatnonzero(data[lo:hi] != GUARD_BYTE)
+            if bad.size:
+                owner = max(((off, key) for key, (off, _) in self._regions.items() if off <= lo),
+                            default=(0, None), key=lambda t: t[0])[1]
+                raise DeviceError(f"graph '{self.graph.name}': {bad.size} byte(s) written outside every slot, first "
+                                  f"at arena byte {lo + int(bad[0])} (free bytes [{lo}, {hi}) after slot {owner}, "
+                                  f"{self._regions.get(owner)})")
+        for child in self._children.values():
+            child.check_guard()
+
     # --- running ------------------------------------------------------------------------------
     def enqueue(self) -> None:
         """Enqueue this graph's steps (its inputs must already be in place)."""
@@ -217,21 +239,37 @@ class RocmExecutable(ExecutableGraph):
     def run(self, inputs: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         cl, q = self.cl, self.queue
         with self._lock:
-            keep = []
+            # The events of host copies are kept until the wait: pyopencl's event of a
+            # non-blocking host copy holds the host array and waits for the copy when dropped.
+            events = []
             for name, (offset, nbytes) in self._inputs:
                 if nbytes:
                     data = np.ascontiguousarray(inputs[name])
-                    keep.append(data)
-                    cl.enqueue_copy(q, self.arena, data, dst_offset=offset, is_blocking=False)
+                    events.append(cl.enqueue_copy(q, self.arena, data, dst_offset=offset, is_blocking=False))
             self.enqueue()
             results = list(out) if out is not None else [np.empty(s.dims, s.dtype.np) for _, s in self._outputs]
             for ((offset, nbytes), _), dest in zip(self._outputs, results):
                 if nbytes:
-                    cl.enqueue_copy(q, dest, self.arena, src_offset=offset, is_blocking=False)
+                    events.append(cl.enqueue_copy(q, dest, self.arena, src_offset=offset, is_blocking=False))
             q.finish()
+            del events
+            if self._gaps is not None:
+                self.check_guard()
             if self._tracer is not None:
                 self._tracer.end_run()
             return results
+
+
+def _gaps(regions: Mapping, size: int) -> list[tuple[int, int]]:
+    """The byte ranges of ``[0, size)`` that no ``(offset, nbytes)`` region covers."""
+    out, at = [], 0
+    for off, n in sorted(regions.values()):
+        if off > at:
+            out.append((at, off))
+        at = max(at, off + n)
+    if at < size:
+        out.append((at, size))
+    return out
 
 
 def _constant_value(node) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 from rlx_core.ir import Node, Ref
 from rlx_core.rng import combine_seed, draw
 
-from .codegen.base import KernelContext, SeedArg
+from .codegen.base import KernelContext, Scratch, SeedArg
 
 __all__ = ["KernelStep", "RngStep", "RNG_KINDS"]
 
@@ -45,12 +45,19 @@ class KernelStep:
         self._bound = []
         for d in self.dispatches:
             kernel = exe.kernel(d.name)
-            for i, arg in enumerate(d.args):
+            i = 0
+            for arg in d.args:
                 if isinstance(arg, SeedArg):
                     kernel.set_arg(i, np.uint32(0))
                     self._seeds.append((kernel, i, arg))
+                elif isinstance(arg, (Ref, Scratch)):  # the arena and the slot's byte offset
+                    buffer, offset = exe.argument(arg)
+                    kernel.set_arg(i, buffer)
+                    i += 1
+                    kernel.set_arg(i, np.uint64(offset))
                 else:
-                    kernel.set_arg(i, exe.argument(arg))
+                    kernel.set_arg(i, arg)
+                i += 1
             self._bound.append((kernel, d.gsize, d.lsize))
 
     def enqueue(self, exe) -> None:

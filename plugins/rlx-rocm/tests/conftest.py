@@ -4,7 +4,10 @@ The rocm device is an AMD GPU through OpenCL; machines without one (CI) test on 
 platform: every test in this directory runs with ``RLX_ROCM_OPENCL_PLATFORM=Portable``
 (PoCL, OpenCL on the CPU) unless the variable is already set (``NVIDIA`` on the H200).
 It is set per test (``monkeypatch``), so the rest of a ``pytest tests plugins`` session
-never sees a stand-in ``rocm`` device. The program cache goes to a private directory of
+never sees a stand-in ``rocm`` device. Every test here also runs in guard mode
+(``RLX_ROCM_GUARD=1``, unless set otherwise): bytes of an arena that belong to no slot are
+filled with a guard byte and checked after every run, so a kernel or copy that writes
+outside its slot fails the test on PoCL too, where nothing faults. The program cache goes to a private directory of
 the test session (shared by the xdist workers through an environment variable).
 """
 import functools
@@ -34,6 +37,7 @@ def rocm_stand_in(request, monkeypatch):
     tests may have reset it), and a skip where no OpenCL platform exists (the conformance
     suite decides for itself through ``rlx_hardware_absent``)."""
     monkeypatch.setenv("RLX_ROCM_OPENCL_PLATFORM", STAND_IN)
+    monkeypatch.setenv("RLX_ROCM_GUARD", os.environ.get("RLX_ROCM_GUARD", "1"))
     from rlx_core.runtime import register_backends, registry
     from rlx_rocm import plugin
     if not any(e.name == plugin.BACKEND_NAME for e in registry().entries.get("rocm", [])):

@@ -97,3 +97,73 @@ def test_the_hook_ignores_other_backends():
     from rlx_core.runtime import Device
     from rlx_rocm import plugin
     assert plugin.rlx_calibrate(backend="cpu", device=Device("cpu")) is None
+
+
+def _count5(dt="f32"):
+    g = Graph("count5")
+    x = g.input("x", (3,), dt)
+    out = g.while_loop(lambda s, v, i: s.lt(i, 5),
+                       lambda s, v, i: (s.add(v, s.cast(s.constant(np.int32(1)), v.dtype)), s.add(i, 1)),
+                       [x, g.constant(np.int32(0))])
+    g.set_outputs(list(out))
+    return g
+
+
+def _slots(exe):
+    yield exe
+    for child in exe._children.values():
+        yield from _slots(child)
+
+
+def test_kernels_get_the_arena_and_aligned_offsets_never_sub_buffers():
+    """The H200 crash (NVIDIA's OpenCL segfaulted releasing sub-buffers that share an
+    origin, as a while body's or psd's do): kernels are bound to the arena itself and a
+    byte offset that is a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN."""
+    import pyopencl as cl
+    from rlx_core.ir import Ref
+    from rlx_rocm.opencl import open_device
+    dev = open_device()
+    assert dev.alignment % (dev.device.mem_base_addr_align // 8) == 0 and dev.alignment >= 256
+    g = Graph("psd")
+    x = g.input("x", (3, 10))
+    g.set_outputs([g.psd(x)])
+    for graph in (g, _count5()):
+        exe = Session("rocm").compile(graph).executable
+        for e in _slots(exe):
+            for step in e.steps:
+                for d in getattr(step, "dispatches", ()):
+                    assert "__o" in d.source
+                    for arg in d.args:
+                        if isinstance(arg, Ref):
+                            buffer, offset = e.argument(arg)
+                            assert buffer is e.arena and offset % dev.alignment == 0
+            assert all(not isinstance(v, cl.Buffer) or v is e.arena for v in vars(e).values())
+
+
+@pytest.mark.parametrize("dt", ["f32", "i64", "f16"])
+def test_control_flow_compiles_runs_and_frees_repeatedly(dt):
+    """while bodies whose slots share an origin: compiled, run, dropped and collected many
+    times (where the H200 crashed, at release), in guard mode (see conftest)."""
+    import gc
+    xv = np.arange(3).astype(Graph("t").input("x", (3,), dt).dtype.np)
+    for _ in range(5):
+        compiled = Session("rocm").compile(_count5(dt))
+        for _ in range(3):
+            v, i = compiled.run({"x": xv})
+            np.testing.assert_array_equal(v, xv + 5)
+            assert int(i) == 5
+        del compiled, v, i
+        gc.collect()
+
+
+def test_guard_mode_catches_a_write_outside_every_slot(monkeypatch):
+    from rlx_core.errors import DeviceError
+    monkeypatch.setenv("RLX_ROCM_GUARD", "1")
+    compiled = Session("rocm").compile(_count5())
+    compiled.run({"x": np.zeros(3, np.float32)})  # clean
+    body = next(iter(compiled.executable._children.values()))
+    lo, hi = body._gaps[0]
+    import pyopencl as cl
+    cl.enqueue_copy(body.queue, body.arena, np.zeros(1, np.uint8), dst_offset=hi - 1, is_blocking=True)
+    with pytest.raises(DeviceError, match="written outside every slot"):
+        compiled.run({"x": np.zeros(3, np.float32)})

@@ -14,7 +14,9 @@ def _run(g, feeds, **backend):
 @pytest.mark.parametrize("tile", [str(t) for t in TILES])
 def test_gemm_tiles_on_edges_and_full_tiles(tile):
     rng = np.random.default_rng(0)
-    for m, k, n in ((130, 70, 129),):  # full tiles (vload4 path) in the first blocks, edges after
+    # (130, 70, 129): rows not multiples of 4, element loads; (260, 68, 264): full tiles read as
+    # float4 (vload4, or aligned float4 for /v) in the first blocks, a partial K tile and edges after
+    for m, k, n in ((130, 70, 129), (260, 68, 264)):
         g = Graph("mm")
         a, b = g.input("a", (m, k)), g.input("b", (k, n))
         g.set_outputs([g.matmul(a, b)])
@@ -78,3 +80,22 @@ def test_long_arg_reductions_keep_the_first_index_and_the_first_nan(kind):
     v = g.input("x", (3, 4096), "i32")
     g.set_outputs([getattr(g, kind)(v)])
     np.testing.assert_array_equal(_run(g, {"x": xi})[0], getattr(np, kind)(xi, axis=-1))
+
+
+@pytest.mark.parametrize("tile", ["64x64x16/4x4/v", "128x64x16/8x4/v"])
+def test_v_tiles_in_batched_products_and_the_conv_epilogue(tile):
+    """/v tiles with a batch (offsets per batch) and as the im2col GEMM with its bias."""
+    rng = np.random.default_rng(4)
+    g = Graph("bmm")
+    a, b = g.input("a", (3, 68, 36)), g.input("b", (3, 36, 132))
+    g.set_outputs([g.matmul(a, b)])
+    x, y = rng.standard_normal((3, 68, 36), np.float32), rng.standard_normal((3, 36, 132), np.float32)
+    np.testing.assert_allclose(_run(g, {"a": x, "b": y}, gemm_tile=tile)[0], x @ y, rtol=1e-4, atol=1e-4)
+    from rlx_core.reference import evaluate
+    g = Graph("conv")
+    xin, w, bias = g.input("x", (2, 8, 12, 12)), g.input("w", (64, 8, 3, 3)), g.input("bias", (64,))
+    g.set_outputs([g.conv(xin, w, bias, pads=1)])
+    feeds = {"x": rng.standard_normal((2, 8, 12, 12), np.float32), "w": rng.standard_normal((64, 8, 3, 3), np.float32),
+             "bias": rng.standard_normal(64).astype(np.float32)}
+    got = _run(g, feeds, gemm_tile=tile, conv="im2col")[0]
+    np.testing.assert_allclose(got, evaluate(g, feeds, {})[0], rtol=1e-4, atol=1e-4)

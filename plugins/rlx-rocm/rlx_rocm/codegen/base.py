@@ -3,7 +3,11 @@ dispatches it adds (OpenCL C source, arguments, NDRange).
 
 A dispatch's arguments are arena slots -- a graph value (``Ref``) or a step's scratch
 region (``Scratch``) -- scalars (numpy scalars, passed by value) or ``SeedArg`` (the
-per-run Philox key of an rng node, set when the run's rng options change). Every kernel
+per-run Philox key of an rng node, set when the run's rng options change). An arena slot
+reaches the kernel as two arguments, the arena buffer and the slot's byte offset in it
+(``ulong``); the kernel's prologue rebuilds the typed pointer. No OpenCL sub-buffers:
+NVIDIA's OpenCL crashed (segfaults on release) with several sub-buffers at one origin,
+and drivers differ in how they align, track and release them. Every kernel
 is named after the hash of its source, so equal kernels of different steps (equal shapes
 and attributes) share one compiled function; each step still gets its own ``cl.Kernel``
 object with its arguments bound once.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +25,9 @@ from rlx_core.ir import DType, Graph, Node, Ref, Shape
 from .types import cstore, needs_fp64
 
 __all__ = ["Scratch", "SeedArg", "Dispatch", "KernelContext", "unravel", "strides_of", "idx_type", "groups",
-           "linear_loop"]
+           "linear_loop", "slot_params"]
+
+_GLOBAL_PTR = re.compile(r"__global\s+(const\s+)?([A-Za-z_][\w ]*?)\s*\*\s*([A-Za-z_]\w*)")
 
 
 @dataclass(frozen=True)
@@ -145,8 +152,8 @@ class KernelContext:
                                                                   else (lsize,)))
         if lsize is not None:
             gsize = tuple(-(-g // l) * l for g, l in zip(gsize, lsize))
-        decl = ", ".join(p for p, _ in params)
-        text = f"{attrs}void KNAME({decl}) {{\n{body}\n}}\n"
+        decl, prologue = slot_params(params)
+        text = f"{attrs}void KNAME({decl}) {{\n{prologue}{body}\n}}\n"
         name = "k" + hashlib.sha1(("\n".join(helpers) + text).encode()).hexdigest()[:16]
         source = "__kernel " + text.replace("KNAME", name)
         d = Dispatch(name, source, [a for _, a in params], gsize, lsize, tuple(helpers))
@@ -159,3 +166,22 @@ class KernelContext:
 
     def uses_fp64(self) -> bool:
         return any(needs_fp64(s.dtype) for s in self.inputs + list(self.node.outputs))
+
+
+def slot_params(params: list[tuple[str, Any]]) -> tuple[str, str]:
+    """The parameter list and prologue of a kernel: every ``__global T* name`` bound to an
+    arena slot becomes ``__global T* name__b, const ulong name__o`` (the arena and the
+    slot's byte offset), and the prologue defines ``name`` as the slot's typed pointer."""
+    decls, lines = [], []
+    for decl, arg in params:
+        if not isinstance(arg, (Ref, Scratch)):
+            decls.append(decl)
+            continue
+        m = _GLOBAL_PTR.fullmatch(decl.strip())
+        if m is None:
+            raise ValueError(f"kernel parameter {decl!r} is bound to an arena slot but is not '__global T* name'")
+        const, ctype_, name = m.group(1) or "", m.group(2).strip(), m.group(3)
+        decls.append(f"__global {const}{ctype_}* {name}__b, const ulong {name}__o")
+        lines.append(f"  __global {const}{ctype_}* {name} = (__global {const}{ctype_}*)"
+                     f"((__global {const}uchar*){name}__b + {name}__o);\n")
+    return ", ".join(decls), "".join(lines)

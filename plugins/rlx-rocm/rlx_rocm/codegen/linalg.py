@@ -40,6 +40,8 @@ class Tile:
     wm: int
     wn: int
     db: bool = False  # double-buffered: the next K-tile is fetched into registers while this one computes
+    vl: bool = False  # /v: double-buffered, f32 local tiles read as float4 (each work-item's rows and
+    #                   columns in groups of 4, a group's 4 elements adjacent: one 16-byte local read per 4)
 
     @property
     def lx(self) -> int:
@@ -50,24 +52,28 @@ class Tile:
         return self.tm // self.wm
 
     def __str__(self) -> str:
-        return f"{self.tm}x{self.tn}x{self.tk}/{self.wm}x{self.wn}" + ("/db" if self.db else "")
+        return f"{self.tm}x{self.tn}x{self.tk}/{self.wm}x{self.wn}" + ("/v" if self.vl else "/db" if self.db else "")
 
 
 def parse_tile(text: str) -> Tile:
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(/db)?", str(text).strip())
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)/(\d+)x(\d+)(/db|/v)?", str(text).strip())
     if not m:
         raise RlxError(f"rocm backend option gemm_tile must look like '64x64x16/4x4' (TMxTNxTK/WMxWN, "
-                       f"'/db' appended for the double-buffered kernel), got {text!r}")
-    t = Tile(*(int(g) for g in m.groups()[:5]), db=bool(m.group(6)))
+                       f"'/db' appended for the double-buffered kernel, '/v' for the double-buffered one with "
+                       f"float4 local reads), got {text!r}")
+    t = Tile(*(int(g) for g in m.groups()[:5]), db=bool(m.group(6)), vl=m.group(6) == "/v")
     if t.tm % t.wm or t.tn % t.wn or min(t.tm, t.tn, t.tk, t.wm, t.wn) < 1:
         raise RlxError(f"rocm gemm_tile {text!r}: TM must be a multiple of WM and TN of WN")
+    if t.vl and (t.wm % 4 or t.wn % 4 or t.tk % 4):
+        raise RlxError(f"rocm gemm_tile {text!r}: '/v' needs WM, WN and TK multiples of 4")
     return t
 
 
 TILES = [parse_tile(t) for t in ("128x128x16/8x8", "128x128x8/8x8", "128x64x16/8x4", "64x64x16/4x4",
                                  "64x64x8/4x4", "32x32x16/2x2", "32x32x8/4x4", "16x16x16/1x1",
                                  "128x128x16/8x8/db", "128x128x8/8x8/db", "128x64x16/8x4/db", "64x64x16/4x4/db",
-                                 "64x64x8/4x4/db")]
+                                 "64x64x8/4x4/db", "128x128x16/8x8/v", "128x128x8/8x8/v", "128x64x16/8x4/v",
+                                 "64x64x16/4x4/v", "64x128x16/4x8/v")]
 SMALL = parse_tile("16x16x16/2x2")
 
 
@@ -83,7 +89,7 @@ def tile_for(k: KernelContext, m: int, n: int, kk: int, itemsize: int) -> Tile:
         if m < tile.tm or n < tile.tn:
             tile = SMALL
     while (tile.lx * tile.ly > k.dev.max_work_group or
-           (2 if tile.db else 1) * tile.tk * (tile.tm + tile.tn + 6) * itemsize > k.dev.local_mem) and tile != SMALL:
+           (2 if tile.db else 1) * tile.tk * (tile.tm + tile.tn + 8) * itemsize > k.dev.local_mem) and tile != SMALL:
         tile = SMALL
     return tile
 
@@ -91,11 +97,13 @@ def tile_for(k: KernelContext, m: int, n: int, kk: int, itemsize: int) -> Tile:
 def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: int,
          a_off: str = "0", b_off: str = "0", c_off: str = "0", bias=None, bias_off: str = "0",
          tile: Tile | None = None, lda: int | None = None, ldb: int | None = None,
-         a_dt: DType | None = None, b_dt: DType | None = None) -> None:
+         a_dt: DType | None = None, b_dt: DType | None = None, aligned: bool = False) -> None:
     """C[batch] = A[batch] @ B[batch] (+ bias per row of C), all row-major.
 
     ``a``, ``b``, ``c``, ``bias``: arena slots. ``*_off``: C expressions of ``batch`` (the
-    batch index) giving each operand's element offset."""
+    batch index) giving each operand's element offset. ``aligned``: the caller promises
+    that ``a_off`` and ``b_off`` are multiples of 4 whenever ``lda`` (``ldb``) is, so the
+    /v kernel may read full tiles as aligned float4."""
     if m == 0 or n == 0 or batch == 0:
         return
     lda = kk if lda is None else lda
@@ -188,7 +196,9 @@ def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: i
       }}
     }}
   }}"""
-    if t.db:
+    if t.vl and acc == "float" and a_dt is DType.F32 and b_dt is DType.F32:
+        body = _vector_local(t, idx, m, n, kk, lda, ldb, a_off, b_off, c_off, vec_a, vec_b, aligned, bias, bias_off)
+    elif t.db:
         body = _double_buffered(t, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_off, a_dt, b_dt, vec_a, vec_b,
                                 ld, mul_add, wraps, bias, bias_off)
     attrs = f"__attribute__((reqd_work_group_size({lx}, {ly}, 1))) "
@@ -314,6 +324,146 @@ def _double_buffered(t: Tile, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_
   }}"""
 
 
+def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, vec_a, vec_b, aligned, bias, bias_off) -> str:
+    """The f32 GEMM body of a /v tile: double-buffered like /db, with both local tiles
+    read as float4. Work-item (tx, ty) owns rows ``g*4*LY + ty*4 + (0..3)`` for
+    ``g < WM/4`` and columns ``h*4*LX + tx*4 + (0..3)`` for ``h < WN/4``: per K step it
+    does WM/4 + WN/4 16-byte local reads (consecutive work-items read consecutive
+    16-byte words: no bank conflicts) for WM*WN fused multiply-adds. Local rows are
+    padded to a multiple of 4 floats (16-byte aligned float4 reads); A is stored
+    transposed (K-major). Full tiles are fetched as float4 (aligned loads when the
+    caller guarantees the alignment), edge tiles element by element with bounds."""
+    lx, ly = t.lx, t.ly
+    nt = lx * ly
+    na, nb = t.tm * t.tk, t.tk * t.tn
+    ra, rb = -(-na // nt), -(-nb // nt)
+    ra4, rb4 = -(-(na // 4) // nt), -(-(nb // 4) // nt)
+    nk = -(-kk // t.tk)
+    tmp, tnp = t.tm + 4, t.tn + 4
+    ga, gb = t.wm // 4, t.wn // 4
+
+    def g4(ptr, at, ok):
+        return f"*(__global const float4*)({ptr} + {at})" if ok else f"vload4(0, {ptr} + {at})"
+    fetch_scalar = f"""      #pragma unroll
+      for (int u = 0; u < {ra}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na}) {{ const int r = e / {t.tk}, q = e % {t.tk};
+          pa[u] = (bm + r < {m} && k0 + q < {kk}) ? a[(bm + r) * ({idx}){lda} + k0 + q] : 0.0f; }}
+      }}
+      #pragma unroll
+      for (int u = 0; u < {rb}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb}) {{ const int q = e / {t.tn}, cc = e % {t.tn};
+          pb[u] = (k0 + q < {kk} && bn + cc < {n}) ? b[(k0 + q) * ({idx}){ldb} + bn + cc] : 0.0f; }}
+      }}"""
+    store_scalar = f"""      #pragma unroll
+      for (int u = 0; u < {ra}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na}) As[nxt][e % {t.tk}][e / {t.tk}] = pa[u];
+      }}
+      #pragma unroll
+      for (int u = 0; u < {rb}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb}) Bs[nxt][e / {t.tn}][e % {t.tn}] = pb[u];
+      }}"""
+    if vec_a and vec_b:
+        fetch = f"""    vec = full_mn && k0 + {t.tk} <= {kk};
+    if (vec) {{
+      #pragma unroll
+      for (int u = 0; u < {ra4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
+          vstore4({g4('a', f'(bm + r) * ({idx}){lda} + k0 + q', aligned)}, u, pa); }}
+      }}
+      #pragma unroll
+      for (int u = 0; u < {rb4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
+          vstore4({g4('b', f'(k0 + q) * ({idx}){ldb} + bn + cc', aligned)}, u, pb); }}
+      }}
+    }} else {{
+{fetch_scalar}
+    }}"""
+        store_ = f"""    if (vec) {{
+      #pragma unroll
+      for (int u = 0; u < {ra4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
+          As[nxt][q][r] = pa[4 * u]; As[nxt][q + 1][r] = pa[4 * u + 1];
+          As[nxt][q + 2][r] = pa[4 * u + 2]; As[nxt][q + 3][r] = pa[4 * u + 3]; }}
+      }}
+      #pragma unroll
+      for (int u = 0; u < {rb4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
+          *(__local float4*)&Bs[nxt][q][cc] = vload4(u, pb); }}
+      }}
+    }} else {{
+{store_scalar}
+    }}"""
+        regs = f"  float pa[{max(ra, 4 * ra4)}], pb[{max(rb, 4 * rb4)}];  // one register set for both paths"
+    else:
+        fetch, store_ = fetch_scalar, store_scalar
+        regs = f"  float pa[{ra}], pb[{rb}];"
+    fmas = "\n".join(f"      acc[{i}][{j}] = fma(a{i // 4}.s{i % 4}, b{j // 4}.s{j % 4}, acc[{i}][{j}]);"
+                     for i in range(t.wm) for j in range(t.wn))
+    reads = "\n".join([f"      const float4 a{g} = ((__local const float4*)As[cur][q])[{g * ly} + ty];" for g in range(ga)]
+                      + [f"      const float4 b{h} = ((__local const float4*)Bs[cur][q])[{h * lx} + tx];"
+                         for h in range(gb)])
+    bias_add = f"v += bias[({bias_off}) + r];" if bias is not None else ""
+    return f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {lx} + tx;
+  const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
+  const {idx} batch = get_group_id(2);
+  __global const float* a = A + ({a_off});
+  __global const float* b = B + ({b_off});
+  __global float* cm = C + ({c_off});
+  __local float As[2][{t.tk}][{tmp}] __attribute__((aligned(16)));
+  __local float Bs[2][{t.tk}][{tnp}] __attribute__((aligned(16)));
+  float acc[{t.wm}][{t.wn}];
+{regs}
+  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = 0.0f;
+  const int full_mn = (bm + {t.tm} <= {m}) && (bn + {t.tn} <= {n});
+  int vec = 0;
+  if ({nk} > 0) {{
+    const {idx} k0 = 0;
+    const int nxt = 0;
+{fetch}
+{store_}
+  }}
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int tt = 0; tt < {nk}; tt++) {{
+    const int cur = tt & 1, nxt = cur ^ 1;
+    const {idx} k0 = ({idx})(tt + 1) * {t.tk};
+    const int more = tt + 1 < {nk};
+    if (more) {{
+{fetch}
+    }}
+    #pragma unroll
+    for (int q = 0; q < {t.tk}; q++) {{
+{reads}
+{fmas}
+    }}
+    if (more) {{
+{store_}
+    }}
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }}
+  #pragma unroll
+  for (int i = 0; i < {t.wm}; i++) {{
+    const {idx} r = bm + (i / 4) * {4 * ly} + ty * 4 + (i % 4);
+    if (r >= {m}) continue;
+    #pragma unroll
+    for (int j = 0; j < {t.wn}; j++) {{
+      const {idx} col = bn + (j / 4) * {4 * lx} + tx * 4 + (j % 4);
+      if (col < {n}) {{
+        float v = acc[i][j];
+        {bias_add}
+        cm[r * {n} + col] = v;
+      }}
+    }}
+  }}"""
+
+
 def _st(dt: DType) -> str:
     from .types import cstore
     return cstore(dt)
@@ -356,7 +506,9 @@ def matmul(k: KernelContext) -> None:
     if is_complex(out.dtype):
         _complex_matmul(k, m, n, kk, batch, a_off, b_off)
         return
-    gemm(k, k.node.inputs[0], k.node.inputs[1], Ref(k.node.id), out.dtype, m, n, kk, batch, a_off, b_off, c_off)
+    # Offsets are multiples of m*kk and kk*n: of 4 wherever lda = kk (ldb = n) is.
+    gemm(k, k.node.inputs[0], k.node.inputs[1], Ref(k.node.id), out.dtype, m, n, kk, batch, a_off, b_off, c_off,
+         aligned=True)
 
 
 def dense_solve(k: KernelContext) -> None:
