@@ -6,8 +6,9 @@
 #   3. the conformance suite on `rocm` (RLX_ROCM_OPENCL_PLATFORM=NVIDIA);
 #   4. the f32 4096^3 GEMM benchmark against cuBLAS SGEMM through CuPy (TF32 off);
 #   5. torch-exported ONNX models against onnxruntime, where torch/onnx/onnxruntime are installed.
-# Results: $OUT/{platforms.txt,calibration.json,conformance.txt,conformance.xml,rocm_h200.*,rocm_onnx_h200.*}
-# and benchmarks/results/rocm_h200.{json,md}.
+# Results: $OUT/{calibration.log (the platforms, then calibration),calibration.json,conformance.txt,
+# conformance.xml,rocm_h200.*,rocm_onnx_h200.*} (8 files: a run that left 10 there got only 8 back)
+# and benchmarks/results/rocm_h200.{json,md}, rocm_onnx_h200.{json,md}.
 # Carry .whl (pyopencl, pytools, platformdirs, siphash24 wheels for cp312 manylinux; see
 # plugins/rlx-rocm/README.md). Run from anywhere in the repository.
 set -uo pipefail
@@ -29,7 +30,7 @@ export PYTHONPATH="$PWD:$PWD/plugins/rlx-rocm${PYTHONPATH:+:$PYTHONPATH}" PYTHON
 export RLX_ROCM_OPENCL_PLATFORM=${RLX_ROCM_OPENCL_PLATFORM:-NVIDIA}
 export XDG_CACHE_HOME=/tmp/rlx-rocm-cache  # not under $OUT: program binaries would come back too
 
-python3 - <<'PY' 2>&1 | tee "$OUT/platforms.txt"
+python3 - <<'PY' 2>&1 | tee "$OUT/calibration.log"
 import pyopencl as cl
 for p in cl.get_platforms():
     for d in p.get_devices():
@@ -38,7 +39,7 @@ for p in cl.get_platforms():
 PY
 
 python3 -c 'from rlx_core.runtime import register_backends as r; import rlx_rocm.plugin as p; r(p)
-from rlx_rocm.calibrate import main; main(["--refresh"])' 2>&1 | tee "$OUT/calibration.log" || status=1
+from rlx_rocm.calibrate import main; main(["--refresh"])' 2>&1 | tee -a "$OUT/calibration.log" || status=1
 cp "$XDG_CACHE_HOME"/rlx/rocm-tuning-*.json "$OUT/calibration.json" 2>/dev/null
 
 # rlx-core's pytest plugin (the suite's options) is an entry point only where rlx-core is installed.
