@@ -116,9 +116,10 @@ def _slots(exe):
 
 
 def test_kernels_get_the_arena_and_aligned_offsets_never_sub_buffers():
-    """The H200 crash (NVIDIA's OpenCL segfaulted releasing sub-buffers that share an
-    origin, as a while body's or psd's do): kernels are bound to the arena itself and a
-    byte offset that is a multiple of the device's CL_DEVICE_MEM_BASE_ADDR_ALIGN."""
+    """The H200 crash (NVIDIA's OpenCL segfaulted freeing graphs whose kernels were bound to
+    sub-buffers of different sizes at one offset, as a while body's or psd's were): kernels
+    are bound to the arena itself and a byte offset that is a multiple of the device's
+    CL_DEVICE_MEM_BASE_ADDR_ALIGN."""
     import pyopencl as cl
     from rlx_core.ir import Ref
     from rlx_rocm.opencl import open_device

@@ -6,8 +6,8 @@ region (``Scratch``) -- scalars (numpy scalars, passed by value) or ``SeedArg`` 
 per-run Philox key of an rng node, set when the run's rng options change). An arena slot
 reaches the kernel as two arguments, the arena buffer and the slot's byte offset in it
 (``ulong``); the kernel's prologue rebuilds the typed pointer. No OpenCL sub-buffers:
-NVIDIA's OpenCL crashed (segfaults on release) with several sub-buffers at one origin,
-and drivers differ in how they align, track and release them. Every kernel
+NVIDIA's OpenCL segfaulted freeing executables whose kernels were bound to sub-buffers of
+different sizes at one offset, and drivers differ in how they align, track and release them. Every kernel
 is named after the hash of its source, so equal kernels of different steps (equal shapes
 and attributes) share one compiled function; each step still gets its own ``cl.Kernel``
 object with its arguments bound once.
