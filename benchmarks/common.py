@@ -14,6 +14,8 @@
 * ``write_results(name, data, markdown)`` writes ``results/<name>.json`` and
   ``results/<name>.md``; ``update_readme.py`` copies the markdown into the README.
 * ``machine()`` describes the host (CPU, cores, library versions, BLAS).
+* ``cublas_sgemm(a, b)`` and ``numpy_matmul(a, b)`` time one f32 product as the peers of
+  a backend's GEMM: cuBLAS through CuPy (TF32 off; None without a CUDA GPU), numpy's BLAS.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 __all__ = ["ROOT", "RESULTS", "use_checkout", "sample", "summary", "median_of", "Worker", "in_subprocess",
-           "worker_main", "write_results", "markdown_table", "machine", "progress"]
+           "worker_main", "write_results", "markdown_table", "machine", "progress", "cublas_sgemm", "numpy_matmul"]
 
 
 def use_checkout() -> None:
@@ -174,3 +176,39 @@ def machine() -> dict[str, Any]:
         except ImportError:
             pass
     return info
+
+
+def cublas_sgemm(a, b, iters: int = 20):
+    """(GFLOP/s, product) of cuBLAS SGEMM through CuPy, or None without a CUDA GPU. TF32 is
+    off (``CUPY_TF32=0``): plain f32 FMA, as the backends' kernels do. Timed with CUDA
+    events around ``iters`` products, after warm-up."""
+    os.environ["CUPY_TF32"] = "0"
+    try:
+        import cupy as cp
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            return None
+    except Exception:  # no CuPy, no driver
+        return None
+    da, db = cp.asarray(a), cp.asarray(b)
+    out = cp.matmul(da, db)
+    for _ in range(3):
+        cp.matmul(da, db, out=out)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(iters):
+        cp.matmul(da, db, out=out)
+    stop.record()
+    stop.synchronize()
+    seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3 / iters
+    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / seconds / 1e9, cp.asnumpy(out)
+
+
+def numpy_matmul(a, b, repeats: int = 5):
+    """(GFLOP/s of the fastest of ``repeats`` products, product) of numpy's host BLAS."""
+    import numpy as np
+    out, best = a @ b, float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best / 1e9, out

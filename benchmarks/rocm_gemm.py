@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common import cublas_sgemm, numpy_matmul
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins" / "rlx-rocm")]  # a checkout where the plugin is not installed
 
@@ -38,39 +40,6 @@ def _session():
     if not registry().entries.get("rocm"):
         register_backends(plugin)
     return Session("rocm")
-
-
-def _cublas(a: np.ndarray, b: np.ndarray, iters: int = 20):
-    """(GFLOP/s, product) of cuBLAS SGEMM through CuPy, or None without a CUDA GPU."""
-    os.environ["CUPY_TF32"] = "0"  # plain f32 FMA, as the OpenCL kernel does
-    try:
-        import cupy as cp
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            return None
-    except Exception:  # no CuPy, no driver
-        return None
-    da, db = cp.asarray(a), cp.asarray(b)
-    out = cp.matmul(da, db)
-    for _ in range(3):
-        cp.matmul(da, db, out=out)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iters):
-        cp.matmul(da, db, out=out)
-    stop.record()
-    stop.synchronize()
-    seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3 / iters
-    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / seconds / 1e9, cp.asnumpy(out)
-
-
-def _numpy(a, b, repeats: int = 5):
-    """(GFLOP/s of the fastest of ``repeats`` products, product) of numpy's host BLAS."""
-    out, best = a @ b, float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.matmul(a, b, out=out)
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best / 1e9, out
 
 
 def main(argv=None) -> int:
@@ -91,9 +60,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     a = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     b = rng.standard_normal((n, n)).astype(np.float32)
-    numpy_gflops, want = _numpy(a, b)
+    numpy_gflops, want = numpy_matmul(a, b)
     print(f"numpy {np.__version__} (host BLAS): {numpy_gflops:.1f} GFLOP/s", flush=True)
-    cublas = _cublas(a, b)
+    cublas = cublas_sgemm(a, b)
     if cublas:
         print(f"cuBLAS SGEMM (CuPy, TF32 off): {cublas[0]:.0f} GFLOP/s", flush=True)
     g = Graph("matmul")

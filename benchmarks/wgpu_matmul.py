@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from common import cublas_sgemm, numpy_matmul
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins" / "rlx-wgpu")]  # a checkout where the plugin is not installed
@@ -34,38 +34,6 @@ def _session(device: str):
     if not registry().entries.get(device):
         register_backends(plugin)
     return Session(device)
-
-
-def _cublas(a: np.ndarray, b: np.ndarray, iters: int = 20):
-    """(GFLOP/s, product) of cuBLAS SGEMM through CuPy, or None without a CUDA GPU."""
-    os.environ["CUPY_TF32"] = "0"  # plain f32 FMA, as the WGSL kernel does
-    try:
-        import cupy as cp
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            return None
-    except Exception:  # no CuPy, no driver: compare with the host BLAS instead
-        return None
-    da, db = cp.asarray(a), cp.asarray(b)
-    for _ in range(3):
-        out = cp.matmul(da, db)
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(iters):
-        out = cp.matmul(da, db, out=out)
-    stop.record()
-    stop.synchronize()
-    seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3 / iters
-    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / seconds / 1e9, cp.asnumpy(out)
-
-
-def _numpy(a, b, repeats: int = 5):
-    """(GFLOP/s of the fastest of ``repeats`` products, product) of numpy's host BLAS."""
-    out, best = a @ b, float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        np.matmul(a, b, out=out)
-        best = min(best, time.perf_counter() - start)
-    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1] / best / 1e9, out
 
 
 def main(argv=None) -> int:
@@ -87,9 +55,9 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     a = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     b = rng.standard_normal((n, n)).astype(np.float32)
-    peer = _cublas(a, b)
+    peer = cublas_sgemm(a, b)
     peer_name = "cuBLAS SGEMM (CuPy, TF32 off)" if peer else "numpy (host BLAS)"
-    peer_gflops, want = peer or _numpy(a, b)
+    peer_gflops, want = peer or numpy_matmul(a, b)
     g = Graph("matmul")
     g.set_outputs([g.matmul(g.input("a", (n, n)), g.input("b", (n, n)))])
     rows = []
