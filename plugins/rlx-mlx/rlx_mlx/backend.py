@@ -25,7 +25,7 @@ from rlx_core.runtime import Availability, Backend, CompileOptions, Device, regi
 
 from .executable import OUTPUT_KINDS, MlxExecutable, Program
 from .lowering import LOWERINGS
-from .platform import availability, mlx_device, requested_device
+from .platform import TF32_ENV, availability, mlx_device, requested_device, tf32_enabled
 
 __all__ = ["MlxBackend", "BACKEND_OPTIONS", "PROGRAM_CACHE_SIZE", "NEVER", "GPU_LACKS"]
 
@@ -33,6 +33,8 @@ BACKEND_OPTIONS = {"outputs": "numpy", "compile": True}
 PROGRAM_CACHE_SIZE = 64
 NEVER = frozenset({DType.C128})  # MLX has no complex128
 GPU_LACKS = frozenset({DType.F64})  # MLX computes float64 on its CPU device only
+# Kinds MLX computes on its GEMM / convolution kernels: TF32 on GPUs unless MLX_ENABLE_TF32=0.
+TF32_KINDS = frozenset({"matmul", "conv", "conv_transpose2d", "attention"})
 
 
 class MlxBackend(Backend):
@@ -78,8 +80,12 @@ class MlxBackend(Backend):
         lacks = self.lacks()
         wide = sorted({s.dtype.value for s in node.outputs} & {d.value for d in lacks})
         if wide:
-            where = "its GPU" if self.device_kind == "gpu" else "any device"
+            where = "any device" if set(wide) & {d.value for d in NEVER} else "its GPU"
             return f"{node.kind} produces {', '.join(wide)}, which MLX does not compute on {where}"
+        if (self.device_kind == "gpu" and node.kind in TF32_KINDS and tf32_enabled()
+                and {s.dtype for s in node.outputs} & {DType.F32, DType.C64}):
+            return (f"{node.kind} in f32 would run on TF32 tensor cores ({TF32_ENV} is set nonzero; "
+                    f"unset it or set it to 0 before importing rlx_mlx)")
         rule = LOWERINGS.get(node.kind)
         if rule is not None and rule.check is not None:
             return rule.check(node, self.device_kind)

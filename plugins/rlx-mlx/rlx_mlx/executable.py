@@ -17,6 +17,7 @@ evaluation started (``mx.async_eval``) but not waited for.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from functools import partial
 from typing import Any, Mapping, Sequence
@@ -33,9 +34,12 @@ from .lowering import (CONTROL_KINDS, RNG_KINDS, LowerContext, _lower_node, from
 from .lowering.random import RngState, host_draws
 from .platform import jit_lock
 
-__all__ = ["Program", "GraphFunction", "Segment", "MlxExecutable", "OUTPUT_KINDS"]
+__all__ = ["Program", "GraphFunction", "Segment", "MlxExecutable", "OUTPUT_KINDS", "GPU_RUNS"]
 
 OUTPUT_KINDS = ("numpy", "mlx")
+# Runs on MLX's GPU one thread at a time: MLX's CUDA command encoder is not safe to use from
+# several threads at once (concurrent runs aborted the process on the H200).
+GPU_RUNS = threading.RLock()
 
 
 class GraphFunction:
@@ -307,7 +311,8 @@ class MlxExecutable(ExecutableGraph):
                 self._param_args = tuple(self._params[n] for n in self.program.param_names)
             return
         uploaded = self._to_mlx(f"param '{name}'", value)
-        with mx.stream(self.program.device):
+        with GPU_RUNS if self.program.device_kind == "gpu" else contextlib.nullcontext(), \
+                mx.stream(self.program.device):
             mx.eval(uploaded)
         self._params = {**self._params, name: uploaded}
         if len(self._params) == len(self.program.param_names):
@@ -317,6 +322,12 @@ class MlxExecutable(ExecutableGraph):
         self.rng = rng
 
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
+        if self.program.device_kind != "gpu":
+            return self._run(inputs, out)
+        with GPU_RUNS:
+            return self._run(inputs, out)
+
+    def _run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None) -> list[Any]:
         import mlx.core as mx
         held = self.program.host_names
         feeds = [inputs[name] if name in held else self._to_mlx(f"input '{name}'", inputs[name])

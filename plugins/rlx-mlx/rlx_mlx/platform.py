@@ -32,9 +32,11 @@ from rlx_core.errors import DeviceUnavailableError, PolicyError
 from rlx_core.runtime import Availability
 
 __all__ = ["DEVICE_ENV", "DEVICES", "BUILDS", "requested_device", "installed_builds", "build_name",
-           "cheap_availability", "availability", "mlx_device", "cpu_fusion", "jit_lock"]
+           "cheap_availability", "availability", "mlx_device", "cpu_fusion", "jit_lock", "TF32_ENV",
+           "tf32_enabled"]
 
 DEVICE_ENV = "RLX_MLX_DEVICE"
+TF32_ENV = "MLX_ENABLE_TF32"  # MLX's switch; rlx_mlx sets it to 0 where it is unset (see rlx_mlx/__init__.py)
 DEVICES = ("gpu", "cpu")
 # distribution -> what it is (the Linux builds and the macOS Metal library)
 BUILDS = {"mlx-metal": "Metal", "mlx-cuda-13": "CUDA 13", "mlx-cuda-12": "CUDA 12", "mlx-cpu": "CPU"}
@@ -83,6 +85,16 @@ def cheap_availability() -> Availability:
         return Availability(False, f"mlx is installed without a Linux build (mlx-cpu, mlx-cuda-12 or "
                                    f"mlx-cuda-13), so it cannot import; {_INSTALL}")
     return Availability(True, f"{build_name()}: not probed yet", {"builds": builds})
+
+
+def tf32_enabled() -> bool:
+    """Whether MLX may run float32 GEMMs, convolutions and attention on TF32 tensor cores
+    (``MLX_ENABLE_TF32`` set to a nonzero value before rlx_mlx was imported)."""
+    raw = os.environ.get(TF32_ENV, "0").strip()
+    try:
+        return int(raw) != 0
+    except ValueError:
+        return bool(raw)
 
 
 @functools.lru_cache(maxsize=1)

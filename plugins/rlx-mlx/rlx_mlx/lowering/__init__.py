@@ -36,7 +36,7 @@ from rlx_core.errors import GraphError
 from rlx_core.ir import DType, Graph, Node
 
 __all__ = ["Lowering", "LOWERINGS", "lowering", "LowerContext", "trace_graph", "trace_nodes", "mx_dtype", "np_dtype",
-           "is_low_float", "LOW_FLOATS", "from_numpy", "to_numpy", "CONTROL_KINDS", "RNG_KINDS"]
+           "is_low_float", "LOW_FLOATS", "from_numpy", "to_numpy", "empty_array", "CONTROL_KINDS", "RNG_KINDS"]
 
 CONTROL_KINDS = frozenset({"if", "while", "scan"})
 RNG_KINDS = frozenset({"rng_uniform", "rng_normal"})
@@ -130,6 +130,8 @@ def to_numpy(x) -> np.ndarray:
     """An MLX array as numpy without a copy where the buffer protocol allows (bf16 through
     a u16 view: PEP 3118 has no bfloat16)."""
     import mlx.core as mx
+    if x.size == 0:  # no buffer to view (MLX's CUDA build has a null one)
+        return np.zeros(tuple(x.shape), np_dtype(x.dtype))
     if x.dtype == mx.bfloat16:
         return np.asarray(x.view(mx.uint16)).view(DType.BF16.np)
     return np.asarray(x)
@@ -185,8 +187,17 @@ def trace_nodes(nodes: Sequence[Node], values: dict, ctx: LowerContext) -> None:
             values[(node.id, i)] = out
 
 
+def empty_array(dims, dtype) -> Any:
+    """An MLX array with no elements, of DType ``dtype``: a constant, so that no MLX kernel
+    ever runs on it (MLX's CUDA fused kernels divide by the element count)."""
+    return from_numpy(np.zeros(tuple(dims), dtype.np))
+
+
 def _lower_node(node: Node, args: list[Any], ctx: LowerContext) -> list[Any]:
     import mlx.core as mx
+    if node.outputs and all(0 in shape.dims for shape in node.outputs) and node.kind not in CONTROL_KINDS:
+        # Nothing to compute: the (empty) results directly, whatever the inputs.
+        return [empty_array(shape.dims, shape.dtype) for shape in node.outputs]
     extra = (ctx.extra or {}).get(node.kind)
     rule = Lowering(node.kind, extra) if extra is not None else LOWERINGS[node.kind]
     if not rule.low_float:

@@ -47,7 +47,6 @@ def _softplus(x):
 
 UNARY = {
     "neg": mx.negative,
-    "abs": mx.abs,
     "exp": exp,
     "log": mx.log,
     "sqrt": mx.sqrt,
@@ -132,6 +131,21 @@ F32_ACCURATE_ONLY = frozenset({"sin", "cos", "erf", "gelu"})
 
 for _kind, _fn in {**UNARY, **BINARY}.items():
     lowering(_kind, exclude={DType.F64} if _kind in F32_ACCURATE_ONLY else ())(_fn)
+
+
+@lowering("abs", context=True)
+def abs_(ctx, x):
+    """``|x|``; complex moduli on a GPU composed as ``hypot(re, im)`` (MLX's CUDA build
+    fails to compile its fused complex ``abs``: no complex64 -> float conversion)."""
+    if ctx.device != "gpu" or not mx.issubdtype(x.dtype, mx.complexfloating):
+        return mx.abs(x)
+    re, im = mx.abs(mx.real(x)), mx.abs(mx.imag(x))
+    big, small = mx.maximum(re, im), mx.minimum(re, im)
+    zero = mx.array(0, big.dtype)
+    ratio = small / mx.where(big == zero, mx.array(1, big.dtype), big)  # <= 1: no overflow
+    modulus = mx.where(big == zero, zero, big * mx.sqrt(1 + ratio * ratio))
+    inf = mx.array(math.inf, big.dtype)
+    return mx.where(mx.logical_or(re == inf, im == inf), inf, modulus)  # hypot(inf, nan) = inf
 
 
 @lowering("where", low_float=True)

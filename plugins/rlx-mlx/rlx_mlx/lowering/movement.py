@@ -111,7 +111,13 @@ def gather_elements(x, indices, *, axis):
     return mx.take_along_axis(corner, _wrapped(indices, x.shape[axis]), axis=axis)
 
 
-@lowering("scatter_add")
+def _scatter_check(node, device):
+    if device == "gpu" and node.outputs[0].dtype is DType.I64:
+        return "scatter_add on i64: MLX's GPU scatter does not support int64"
+    return None
+
+
+@lowering("scatter_add", check=_scatter_check)
 def scatter_add(data, indices, updates, *, axis):
     if 0 in updates.shape or 0 in data.shape:
         return data

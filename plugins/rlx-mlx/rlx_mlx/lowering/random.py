@@ -66,6 +66,8 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
 
 def philox_u32(stream, n: int):
     """Elements ``0 .. n`` of the u32 stream for the u64 key ``stream`` (``philox_u32``)."""
+    if n == 0:  # a constant: no kernel runs on an empty array (see lowering.empty_array)
+        return mx.array(np.zeros((0,), np.uint32))
     blocks = mx.arange(-(-n // 4), dtype=mx.uint32)  # counters below 2**32: the high word is 0
     zero = mx.zeros(blocks.shape, mx.uint32)
     words = philox4x32_10(blocks, zero, zero, zero, _lo(stream), _hi(stream))
