@@ -17,14 +17,10 @@ atomically; a missing, corrupt or stale file is measured again.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
-import re
 from pathlib import Path
 
 from rlx_core.errors import RlxError
+from rlx_core.select.tuning import cached_tuning, calibration_main, positive_figures, read_tuning, tuning_path
 from rlx_wgpu import api
 
 __all__ = ["METAL_TILES", "KEYS", "cache_path", "load_calibration", "load_tuning", "calibrate", "decide_engine"]
@@ -35,16 +31,12 @@ ENGINES = ("wgsl", "mps")
 
 
 def cache_path(gpu) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlx"
     backend = str(gpu.info.get("backend_type") or "unknown").lower()
-    adapter = re.sub(r"[^A-Za-z0-9]+", "-", f"{gpu.info.get('device')}-{gpu.info.get('description')}").strip("-")
-    return root / f"metal-calib-{backend}-{adapter[:80]}.json"
+    return tuning_path(f"metal-calib-{backend}", gpu.info.get("device"), gpu.info.get("description"))
 
 
 def _valid(data) -> bool:
-    if not isinstance(data, dict):
-        return False
-    if not all(isinstance(data.get(k), (int, float)) and math.isfinite(data[k]) and data[k] > 0 for k in KEYS):
+    if not positive_figures(data, KEYS):
         return False
     if data.get("gemm_engine") not in ENGINES or not isinstance(data.get("software"), bool):
         return False
@@ -57,11 +49,7 @@ def _valid(data) -> bool:
 
 def load_calibration(gpu) -> dict | None:
     """The cached Metal calibration of ``gpu``, or None (none, corrupt or stale)."""
-    try:
-        data = json.loads(cache_path(gpu).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if _valid(data) else None
+    return read_tuning(cache_path(gpu), _valid)
 
 
 def load_tuning(gpu) -> dict | None:
@@ -82,11 +70,12 @@ def calibrate(refresh: bool = False, progress=print, matmul_size: int | None = N
     from . import mps
     backend = registry().backend("metal")  # raises DeviceUnavailableError with the reason
     gpu = backend.gpu
-    cached = None if refresh else load_calibration(gpu)
-    if cached is not None:
-        gpu.tuning = cached
-        return cached
     n = matmul_size or (512 if gpu.info.get("adapter_type") == "CPU" else 2048)
+    gpu.tuning = cached_tuning(cache_path(gpu), _valid, lambda: _measure(gpu, n, progress, mps), refresh)
+    return gpu.tuning
+
+
+def _measure(gpu, n: int, progress, mps) -> dict:
     result = api.measure(gpu, n, tiles=METAL_TILES, progress=progress)
     wgsl = result["sgemm_gflops"]
     usable, reason = mps.available()
@@ -101,23 +90,12 @@ def calibrate(refresh: bool = False, progress=print, matmul_size: int | None = N
     result.update({"wgsl_gflops": wgsl, "mps_gflops": mps_gflops, "mps": reason,
                    "gemm_engine": decide_engine(wgsl, mps_gflops),
                    "sgemm_gflops": max(wgsl, mps_gflops or 0.0), "test_aid": not on_metal})
-    path = cache_path(gpu)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, path)
-    gpu.tuning = result
     return result
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlx_metal.calibrate", description=__doc__.splitlines()[0])
-    parser.add_argument("--refresh", action="store_true", help="measure again even if a cached result exists")
-    parser.add_argument("--size", type=int, default=None, help="matmul n (default 2048; 512 on CPU adapters)")
-    args = parser.parse_args(argv)
-    result = calibrate(args.refresh, progress=lambda m: print(m, flush=True), matmul_size=args.size)
-    print(json.dumps(result, indent=2))
-    return 0
+    return calibration_main(argv, prog="python -m rlx_metal.calibrate", description=__doc__.splitlines()[0],
+                            calibrate=calibrate, size_help="matmul n (default 2048; 512 on CPU adapters)")
 
 
 if __name__ == "__main__":

@@ -20,16 +20,13 @@ result as JSON.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import re
-import time
 from pathlib import Path
 
 import numpy as np
 
 from rlx_core import CompileOptions, Graph
+from rlx_core.select.tuning import (batch_seconds, cached_tuning, calibration_main, positive_figures, random_feeds,
+                                    read_tuning, roundtrip_ns, tiny_graph, transfer_gbps, tuning_path)
 
 __all__ = ["calibrate", "cache_path", "load_tuning", "device_seconds", "KEYS"]
 
@@ -42,25 +39,21 @@ FORMAT = 1
 
 
 def cache_path(dev) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlx"
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", f"{dev.info['device']}-{dev.info['driver']}").strip("-")
-    return root / f"rocm-tuning-{slug[:80]}.json"
+    return tuning_path("rocm-tuning", dev.info["device"], dev.info["driver"])
+
+
+def _valid(dev, data: dict) -> bool:
+    from .codegen.linalg import parse_tile
+    ok = data.get("format") == FORMAT and data.get("device_id") == dev.device_id and \
+        isinstance(data.get("software"), bool) and positive_figures(data, KEYS)
+    if ok:
+        parse_tile(data["gemm_tile"])  # raises on a tile this version cannot build
+    return ok
 
 
 def load_tuning(dev) -> dict | None:
     """The cached calibration of ``dev``, or None when there is none (or it is corrupt or stale)."""
-    from .codegen.linalg import parse_tile
-    try:
-        data = json.loads(cache_path(dev).read_text())
-        ok = isinstance(data, dict) and data.get("format") == FORMAT and \
-            data.get("device_id") == dev.device_id and isinstance(data.get("software"), bool) and \
-            all(isinstance(data.get(k), (int, float)) and data[k] > 0 for k in KEYS)
-        if ok:
-            parse_tile(data["gemm_tile"])
-            return data
-    except Exception:  # missing, unreadable, corrupt: measured again
-        pass
-    return None
+    return read_tuning(cache_path(dev), lambda data: _valid(dev, data))
 
 
 def calibrate(refresh: bool = False, progress=None, matmul_size: int | None = None) -> dict:
@@ -69,51 +62,32 @@ def calibrate(refresh: bool = False, progress=None, matmul_size: int | None = No
     from .opencl import open_device
     registry().backend("rocm")  # the probe: raises DeviceUnavailableError with the reason
     dev = open_device()
-    cached = None if refresh else load_tuning(dev)
-    if cached is not None:
-        dev.tuning = cached
-        return cached
-    result = _measure(dev, matmul_size or (256 if dev.software else 4096), progress or (lambda m: None))
-    path = cache_path(dev)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, path)
-    dev.tuning = result
-    return result
+    n = matmul_size or (256 if dev.software else 4096)
+    dev.tuning = cached_tuning(cache_path(dev), lambda data: _valid(dev, data),
+                               lambda: _measure(dev, n, progress or (lambda m: None)), refresh)
+    return dev.tuning
 
 
 def device_seconds(exe, min_seconds: float = 0.2, max_repeats: int = 100) -> float:
     """Seconds per run of ``exe``'s device work (inputs already in place): runs enqueued
     back to back, one wait; enough of them to take ``min_seconds``; best of two."""
-    def timed(repeats: int) -> float:
-        start = time.perf_counter()
+    def run(repeats: int) -> None:
         for _ in range(repeats):
             exe.enqueue()
         exe.queue.finish()
-        return (time.perf_counter() - start) / repeats
-    once = timed(1)
-    repeats = max(2, min(max_repeats, int(min_seconds / max(once, 1e-6))))
-    return min(timed(repeats) for _ in range(2))
-
-
-def _graph(name: str, build, *shapes) -> Graph:
-    g = Graph(name)
-    g.set_outputs([build(g, *(g.input(f"x{i}", s) for i, s in enumerate(shapes)))])
-    return g
+    return batch_seconds(run, min_seconds, max_repeats)
 
 
 def _compiled(dev, graph: Graph, **backend):
     from .executable import RocmExecutable
     exe = RocmExecutable(graph, CompileOptions(backend=backend), dev)
-    rng = np.random.default_rng(0)
-    exe.run({n.attrs["name"]: rng.standard_normal(n.attrs["dims"]).astype(np.float32) for n in graph.input_nodes})
+    exe.run(random_feeds(graph))
     return exe
 
 
 def _measure(dev, n: int, progress) -> dict:
     flops = 2.0 * n ** 3
-    matmul = _graph("calib-matmul", lambda g, a, b: g.matmul(a, b), (n, n), (n, n))
+    matmul = tiny_graph("calib-matmul", lambda g, a, b: g.matmul(a, b), (n, n), (n, n))
     measured = {}
     for tile in (CPU_TILES if dev.software else GPU_TILES):
         try:
@@ -126,25 +100,13 @@ def _measure(dev, n: int, progress) -> dict:
         del exe
     best = max(measured, key=measured.get)
     size = min(1 << (22 if dev.software else 26), dev.max_alloc // 16)
-    stream = _compiled(dev, _graph("calib-stream", lambda g, x: g.neg(x), (size,)))
+    stream_graph = tiny_graph("calib-stream", lambda g, x: g.neg(x), (size,))
+    stream = _compiled(dev, stream_graph)
     stream_s = device_seconds(stream, 0.1)
     bandwidth = 8.0 * size / stream_s / 1e9
-    tiny = _compiled(dev, _graph("calib-tiny", lambda g, x: g.neg(x), (1,)))
-    feed = {"x0": np.zeros(1, np.float32)}
-    times = []
-    for _ in range(30):
-        start = time.perf_counter_ns()
-        tiny.run(feed)
-        times.append(time.perf_counter_ns() - start)
-    roundtrip = float(np.median(times))
-    feed = {"x0": np.random.default_rng(0).standard_normal(size).astype(np.float32)}
-    wall = []
-    for _ in range(3):
-        start = time.perf_counter_ns()
-        stream.run(feed)
-        wall.append(time.perf_counter_ns() - start)
-    copy_ns = max(min(wall) - stream_s * 1e9 - roundtrip, min(wall) * 0.05, 1.0)
-    transfer = max(8.0 * size / copy_ns, 0.01)
+    tiny = _compiled(dev, tiny_graph("calib-tiny", lambda g, x: g.neg(x), (1,)))
+    roundtrip = roundtrip_ns(tiny, {"x0": np.zeros(1, np.float32)})
+    transfer = transfer_gbps(stream, random_feeds(stream_graph), 8.0 * size, stream_s, roundtrip)
     progress(f"calibrate rocm: memory {bandwidth:.1f} GB/s, roundtrip {roundtrip / 1e3:.0f} us, "
              f"transfer {transfer:.1f} GB/s")
     return {"sgemm_gflops": measured[best], "memory_bw_gbps": bandwidth, "roundtrip_overhead_ns": roundtrip,
@@ -154,13 +116,8 @@ def _measure(dev, n: int, progress) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlx_rocm.calibrate", description=__doc__.splitlines()[0])
-    parser.add_argument("--refresh", action="store_true", help="measure again even if a cached result exists")
-    parser.add_argument("--size", type=int, default=None, help="matmul size (default 4096 on GPUs, 256 on CPUs)")
-    args = parser.parse_args(argv)
-    result = calibrate(args.refresh, progress=lambda m: print(m, flush=True), matmul_size=args.size)
-    print(json.dumps(result, indent=2))
-    return 0
+    return calibration_main(argv, prog="python -m rlx_rocm.calibrate", description=__doc__.splitlines()[0],
+                            calibrate=calibrate, size_help="matmul size (default 4096 on GPUs, 256 on CPUs)")
 
 
 if __name__ == "__main__":
