@@ -32,6 +32,7 @@ from rlx_core.runtime import (PLUGIN_API_VERSION, Availability, Backend, Backend
                               register_device)
 from rlx_core.runtime.backend import check_supported_ops
 from rlx_core.runtime.registry import PluginRecord, Registry, _plugin_matches, install_hint, registry
+from rlx_core.testing.fake_plugins import REFERENCE_EXE, make_dist
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -43,14 +44,7 @@ from rlx_core.runtime import Availability, Backend, BackendFactory, Device, Exec
 RLX_PLUGIN_API = {api}
 register_device("npu", "a test neural processing unit", aliases=("acme",))
 
-class Exe(ExecutableGraph):
-    def __init__(self, graph, options):
-        self.graph, self.params, self.rng = graph, {{}}, options.rng
-    def set_param(self, name, value):
-        self.params[name] = value
-    def run(self, inputs, out=None):
-        return evaluate(self.graph, inputs, self.params, rng=self.rng)
-
+''' + REFERENCE_EXE + '''
 class NpuBackend(Backend):
     name = "npu"
     device = Device("npu")
@@ -69,18 +63,6 @@ def rlx_backends():
 
 def npu_plugin(api=PLUGIN_API_VERSION, available=True, ops='{"add": None, "neg": None}'):
     return NPU_PLUGIN.format(api=api, available=available, ops=ops)
-
-
-def make_dist(root, dist, source, ep_name=None, version="0.3.0", package=None):
-    """An installed-looking distribution ``dist`` whose ``rlx.backends`` entry point
-    ``ep_name`` (default: the distribution name) is its package."""
-    pkg = package or dist.replace("-", "_")
-    (root / pkg).mkdir(parents=True, exist_ok=True)
-    (root / pkg / "__init__.py").write_text(source)
-    info = root / f"{pkg}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[rlx.backends]\n{ep_name or dist} = {pkg}\n")
 
 
 def child(root, code, *, check=True, timeout=120, **env):

@@ -18,6 +18,7 @@ from rlx_core import Session
 from rlx_core.errors import DeviceUnavailableError, PolicyError
 from rlx_core.runtime import (Availability, Backend, BackendFactory, Device, hookimpl, register_backends,
                               register_device)
+from rlx_core.testing.fake_plugins import REFERENCE_EXE, make_dist
 
 # A complete third-party plugin: a backend for a device of its own that runs graphs with
 # the reference interpreter (standing in for real kernels) through the public API only.
@@ -30,14 +31,7 @@ from rlx_core.runtime import (Availability, Backend, BackendFactory, Device, Exe
 
 register_device("{device}", "a test accelerator")
 
-class Exe(ExecutableGraph):
-    def __init__(self, graph, options):
-        self.graph, self.params, self.rng = graph, {{}}, options.rng
-    def set_param(self, name, value):
-        self.params[name] = value
-    def run(self, inputs, out=None):
-        return evaluate(self.graph, inputs, self.params, rng=self.rng)
-
+''' + REFERENCE_EXE + '''
 class FakeBackend(Backend):
     name = "{name}"
     device = Device("{device}")
@@ -52,17 +46,6 @@ class FakeBackend(Backend):
 def rlx_backends():
     return [BackendFactory("{name}", "{device}", FakeBackend, priority={priority})]
 '''
-
-
-def make_dist(root, name, module_source, ep_value=None, version="1.2.3"):
-    """Write an installed-looking distribution ``name`` with an rlx.backends entry point."""
-    pkg = name.replace("-", "_")
-    os.makedirs(root / pkg, exist_ok=True)
-    (root / pkg / "__init__.py").write_text(module_source)
-    dist = root / f"{pkg}-{version}.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (dist / "entry_points.txt").write_text(f"[rlx.backends]\n{name} = {ep_value or pkg}\n")
 
 
 def run_child(root, code, **env):
@@ -86,7 +69,7 @@ res = {"plugins": {p.name: [p.status, p.error, p.distribution, p.version] for p 
 
 def test_temp_plugin_is_discovered_and_runs_a_graph(tmp_path):
     make_dist(tmp_path, "rlx-fakegpu", FAKE_BACKEND.format(name="fakegpu", device="testdev", ops='{"add","exp"}',
-                                                           priority=0))
+                                                           priority=0), version="1.2.3")
     res = run_child(tmp_path, REPORT + """
 g = rlx_core.Graph("t"); x = g.input("x", (3,)); g.set_outputs([g.exp(x + x)])
 c = rlx_core.Session("testdev").compile(g)
