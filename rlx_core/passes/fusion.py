@@ -1,0 +1,83 @@
+"""Fusion grouping: the order a graph's nodes run in, with elementwise chains grouped.
+
+:func:`elementwise_steps` is the grouping rlx-wgpu and rlx-rocm compile from: an
+elementwise node joins the group of the node that consumes it when that consumer is
+elementwise too, the value is used nowhere else (not by another node, not as a graph
+output), both have the same dims (so the value is computed exactly once per output
+element), and the group stays within ``max_operands`` outside operands (one-element
+constants are inlined and do not count). Groups are trees whose root is the last node;
+the group runs where its root stood. Every other node is a step of its own; nodes of the
+``no_step`` kinds (sources, views) run no step at all. What counts as elementwise is the
+backend's call (``is_elementwise``: the kinds and dtypes its fused kernels compute).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ..ir.graph import Graph
+from ..ir.node import Node
+
+__all__ = ["Step", "elementwise_steps", "use_counts", "outside_operands"]
+
+
+@dataclass(frozen=True)
+class Step:
+    nodes: tuple[Node, ...]  # one node, or an elementwise group (root last)
+    fused: bool = False      # run as one fused elementwise kernel
+
+    @property
+    def root(self) -> Node:
+        return self.nodes[-1]
+
+
+def elementwise_steps(graph: Graph, is_elementwise: Callable[[Node], bool], max_operands: int, *,
+                      no_step: frozenset = frozenset(), fuse: bool = True) -> list[Step]:
+    """The steps of ``graph`` in run order (see the module docstring). Every node that
+    ``is_elementwise`` is a fused step (``fused=True``), alone when ``fuse`` is False."""
+    uses = use_counts(graph)
+    absorbed: set[int] = set()
+    groups: dict[int, list[Node]] = {}
+    for node in reversed(graph.nodes):
+        if node.id in absorbed or not is_elementwise(node):
+            continue
+        members = [node]
+        if fuse:
+            _absorb(graph, node, members, absorbed, uses, is_elementwise, max_operands)
+        groups[node.id] = sorted(members, key=lambda n: n.id)
+    return [Step(tuple(groups.get(node.id, [node])), node.id in groups) for node in graph.nodes
+            if node.kind not in no_step and node.id not in absorbed]
+
+
+def _absorb(graph: Graph, consumer: Node, members: list[Node], absorbed: set[int], uses: dict,
+            is_elementwise: Callable[[Node], bool], max_operands: int) -> None:
+    for ref in consumer.inputs:
+        producer = graph.nodes[ref.node]
+        if (producer.id in absorbed or uses[ref] != 1 or len(producer.outputs) != 1
+                or producer.outputs[0].dims != consumer.outputs[0].dims or not is_elementwise(producer)):
+            continue
+        if outside_operands(graph, members + [producer]) > max_operands:
+            continue
+        members.append(producer)
+        absorbed.add(producer.id)
+        _absorb(graph, producer, members, absorbed, uses, is_elementwise, max_operands)
+
+
+def outside_operands(graph: Graph, members: list[Node]) -> int:
+    """Operands a group of ``members`` reads from outside itself (one-element constants,
+    which a kernel inlines, not counted)."""
+    inside = {n.id for n in members}
+    outside = {r for n in members for r in n.inputs if r.node not in inside}
+    return sum(1 for r in outside
+               if not (graph.nodes[r.node].kind == "constant" and graph.shape_of(r).size == 1))
+
+
+def use_counts(graph: Graph) -> dict:
+    """How many times each value (``Ref``) is read: by nodes, and once more per graph output."""
+    counts: dict = {}
+    for node in graph.nodes:
+        for ref in node.inputs:
+            counts[ref] = counts.get(ref, 0) + 1
+    for ref in graph.outputs:
+        counts[ref] = counts.get(ref, 0) + 1
+    return counts
