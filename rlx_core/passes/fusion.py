@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..ir.graph import Graph
-from ..ir.node import Node
+from ..ir.node import Node, Ref
 
-__all__ = ["Step", "elementwise_steps", "use_counts", "outside_operands"]
+__all__ = ["Step", "elementwise_steps", "use_counts", "outside_operands", "step_io", "value_lifetimes"]
 
 
 @dataclass(frozen=True)
@@ -81,3 +81,29 @@ def use_counts(graph: Graph) -> dict:
     for ref in graph.outputs:
         counts[ref] = counts.get(ref, 0) + 1
     return counts
+
+
+def step_io(nodes) -> tuple[list[Ref], list[Ref]]:
+    """``(reads, writes)`` of a step running ``nodes`` (one node, or a group, root last):
+    every operand read from outside the group, in order, and every output of the root."""
+    inside = {n.id for n in nodes}
+    root = nodes[-1]
+    return [r for n in nodes for r in n.inputs if r.node not in inside], [Ref(root.id, i) for i in range(len(root.outputs))]
+
+
+def value_lifetimes(graph: Graph, steps, root: Callable[[Ref], Ref], end: int) -> tuple[dict, dict]:
+    """``(first, last)``: the index of the step that first writes each value (-1 for graph
+    inputs, which come first, in graph order) and of the last step that reads it, through
+    ``root`` (the value a view aliases); graph outputs live until ``end``. ``steps`` have
+    ``index``, ``reads`` and ``writes``."""
+    first: dict[Ref, int] = {Ref(n.id): -1 for n in graph.input_nodes}
+    last: dict[Ref, int] = {}
+    for step in steps:
+        for ref in step.reads:
+            owner = root(ref)
+            last[owner] = max(last.get(owner, -1), step.index)
+        for ref in step.writes:
+            first.setdefault(ref, step.index)
+    for ref in graph.outputs:
+        last[root(ref)] = end
+    return first, last

@@ -22,6 +22,7 @@ import numpy as np
 
 from rlx_core.errors import DeviceError, RlxError
 from rlx_core.ir import Graph, Ref
+from rlx_core.passes.fusion import value_lifetimes
 from rlx_core.reference import RefContext, run_node
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 from rlx_core.runtime.arena import place
@@ -96,17 +97,7 @@ class RocmExecutable(ExecutableGraph):
     def _plan(self) -> None:
         """Place every value, scratch region, param and constant in one arena."""
         g = self.graph
-        first: dict[Ref, int] = {Ref(n.id): -1 for n in g.input_nodes}
-        last: dict[Ref, int] = {}
-        for step in self.steps:
-            for ref in step.reads:
-                root = self.root(ref)
-                last[root] = max(last.get(root, -1), step.index)
-            for ref in step.writes:
-                first.setdefault(ref, step.index)
-        end = len(self.steps)
-        for ref in g.outputs:
-            last[self.root(ref)] = end
+        first, last = value_lifetimes(g, self.steps, self.root, len(self.steps))
         persistent = list(self._constants) + [Ref(n.id) for n in g.param_nodes]
         buffers = {ref: (start, last.get(ref, start), g.shape_of(ref).nbytes)
                    for ref, start in first.items() if ref not in self._constants}

@@ -24,6 +24,7 @@ import numpy as np
 
 from rlx_core.errors import DeviceError
 from rlx_core.ir import Graph, Ref
+from rlx_core.passes.fusion import value_lifetimes
 from rlx_core.reference import RefContext, run_node
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 
@@ -101,19 +102,7 @@ class WgpuExecutable(ExecutableGraph):
 
     def _items(self) -> list[Item]:
         """Every region of the arena with its lifetime (see ``rlx_wgpu.plan``)."""
-        first: dict[Ref, int] = {}
-        last: dict[Ref, int] = {}
-        for node in self.graph.nodes:
-            if node.kind == "input":
-                first[Ref(node.id)] = -1
-        for step in self.steps:
-            for ref in step.reads:
-                root = self._root(ref)
-                last[root] = max(last.get(root, -1), step.index)
-            for ref in step.writes:
-                first.setdefault(ref, step.index)
-        for ref in self.graph.outputs:
-            last[self._root(ref)] = FOREVER
+        first, last = value_lifetimes(self.graph, self.steps, self._root, FOREVER)
         items = [Item(ref, device_nbytes(self.graph.shape_of(ref)), start, last.get(ref, start))
                  for ref, start in first.items() if ref not in self._constants]
         items += [Item(ref, device_nbytes(self.graph.shape_of(ref)), -1, FOREVER)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlx_core.ir import Node, Ref
+from rlx_core.passes.fusion import step_io
 from rlx_core.rng import combine_seed, draw
 
 from .codegen.base import Data, KernelContext, Scratch, Seeds
@@ -41,10 +42,7 @@ class KernelStep:
         self.dispatches = k.dispatches
         self.scratch_sizes = k.scratch_sizes
         self.data_arrays = k.data_arrays
-        inside = {n.id for n in nodes}
-        self.reads = [r for n in nodes for r in n.inputs if r.node not in inside]
-        root = nodes[-1]
-        self.writes = [Ref(root.id, i) for i in range(len(root.outputs))]
+        self.reads, self.writes = step_io(nodes)
         self._bound: list = []
 
     @property
