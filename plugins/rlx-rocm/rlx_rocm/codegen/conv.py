@@ -74,11 +74,7 @@ def conv(k: KernelContext) -> None:
              b_dt=DType.F32 if dt.is_low_float else dt)
         return
     idx = idx_type(total, k.inputs[0].size)
-    params = [(k.buf("x", dt, True), node.inputs[0]), (k.buf("w", dt, True), node.inputs[1])]
-    if bias:
-        params.append((k.buf("bias", dt, True), node.inputs[2]))
-    params.append((k.buf("out", dt), Ref(node.id)))
-    init = load(dt, "bias", "o") if bias else "0"
+    params, init = _conv_params(k, dt, bias)
     body = f"""    const {idx} q = e % {ow}, r = (e / {ow}) % {oh}, o = (e / {oh * ow}) % {co}, b = e / {co * oh * ow};
     const {idx} gi = o / {cog};
     {t} acc = 0;
@@ -98,6 +94,17 @@ def conv(k: KernelContext) -> None:
     acc += {init};
     {store(dt, 'out', 'e', 'acc')}"""
     k.kernel(params, linear_loop("e", total, idx, body), groups(total, k.wg, k.max_groups()), k.wg)
+
+
+def _conv_params(k: KernelContext, dt, bias: bool):
+    """The direct kernels' parameters (x, w, the bias if any, out) and the accumulator's
+    start: the bias of output channel ``o``, else 0."""
+    node = k.node
+    params = [(k.buf("x", dt, True), node.inputs[0]), (k.buf("w", dt, True), node.inputs[1])]
+    if bias:
+        params.append((k.buf("bias", dt, True), node.inputs[2]))
+    params.append((k.buf("out", dt), Ref(node.id)))
+    return params, load(dt, "bias", "o") if bias else "0"
 
 
 def _im2col(k, cols, n, c, h, wd, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow, g) -> None:
@@ -140,11 +147,7 @@ def conv_transpose2d(k: KernelContext) -> None:
         return
     bias = len(node.inputs) > 2
     idx = idx_type(total, x.size)
-    params = [(k.buf("x", dt, True), node.inputs[0]), (k.buf("w", dt, True), node.inputs[1])]
-    if bias:
-        params.append((k.buf("bias", dt, True), node.inputs[2]))
-    params.append((k.buf("out", dt), Ref(node.id)))
-    init = load(dt, "bias", "o") if bias else "0"
+    params, init = _conv_params(k, dt, bias)
     body = f"""    const {idx} q = e % {ow}, r = (e / {ow}) % {oh}, o = (e / {oh * ow}) % {co}, b = e / {co * oh * ow};
     const {idx} gi = o / {cog}, oo = o % {cog};
     {t} acc = 0;

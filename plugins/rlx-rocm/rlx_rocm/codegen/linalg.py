@@ -143,12 +143,7 @@ def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: i
                    f"        const int q = e / {t.tn}, cc = e % {t.tn};\n"
                    f"        Bs[q][cc] = {ld('b', f'(k0 + q) * ({idx}){ldb} + bn + cc')};\n      }}")
     zero = f"(({acc})0)"
-    body = f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {lx} + tx;
-  const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
-  const {idx} batch = get_group_id(2);
-  __global const {_st(a_dt)}* a = A + ({a_off});
-  __global const {_st(b_dt)}* b = B + ({b_off});
-  __global {_st(dt)}* cm = C + ({c_off});
+    body = f"""{_prologue(t, idx, _st(a_dt), _st(b_dt), _st(dt), a_off, b_off, c_off)}
   __local {acc} As[{t.tk}][{t.tm + (1 if t.tm % 2 == 0 else 0)}];
   __local {acc} Bs[{t.tk}][{t.tn + (4 if vec_b else 1)}];
   {acc} acc[{t.wm}][{t.wn}];
@@ -184,18 +179,7 @@ def gemm(k: KernelContext, a, b, c, dt: DType, m: int, n: int, kk: int, batch: i
     }}
     barrier(CLK_LOCAL_MEM_FENCE);
   }}
-  for (int i = 0; i < {t.wm}; i++) {{
-    const {idx} r = bm + ty + i * {ly};
-    if (r >= {m}) continue;
-    for (int j = 0; j < {t.wn}; j++) {{
-      const {idx} col = bn + tx + j * {lx};
-      if (col < {n}) {{
-        {acc} v = acc[i][j];
-        {_bias(dt, bias, bias_off)}
-        {store(dt, 'cm', f'r * {n} + col', f'(({ctype(dt)})v)' if wraps else 'v')}
-      }}
-    }}
-  }}"""
+{_store_tile(t, idx, m, n, dt, acc, wraps, bias, bias_off)}"""
     if t.vl and acc == "float" and a_dt is DType.F32 and b_dt is DType.F32:
         body = _vector_local(t, idx, m, n, kk, lda, ldb, a_off, b_off, c_off, vec_a, vec_b, aligned, bias, bias_off)
     elif t.db:
@@ -218,24 +202,7 @@ def _double_buffered(t: Tile, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_
     zero = f"(({acc})0)"
     tmp, tnp = t.tm + (1 if t.tm % 2 == 0 else 0), t.tn + (4 if vec_b else 1)
     regs_a, regs_b = max(ra, 4 * ra4 if vec_a else 0), max(rb, 4 * rb4 if vec_b else 0)
-    fetch_scalar = f"""      for (int u = 0; u < {ra}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {na}) {{ const int r = e / {t.tk}, q = e % {t.tk};
-          pa[u] = (bm + r < {m} && k0 + q < {kk}) ? {ld('a', f'(bm + r) * ({idx}){lda} + k0 + q')} : {zero}; }}
-      }}
-      for (int u = 0; u < {rb}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {nb}) {{ const int q = e / {t.tn}, cc = e % {t.tn};
-          pb[u] = (k0 + q < {kk} && bn + cc < {n}) ? {ld('b', f'(k0 + q) * ({idx}){ldb} + bn + cc')} : {zero}; }}
-      }}"""
-    store_scalar = f"""      for (int u = 0; u < {ra}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {na}) As[nxt][e % {t.tk}][e / {t.tk}] = pa[u];
-      }}
-      for (int u = 0; u < {rb}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {nb}) Bs[nxt][e / {t.tn}][e % {t.tn}] = pb[u];
-      }}"""
+    fetch_scalar, store_scalar = _scalar_staging(t, idx, m, n, kk, lda, ldb, ld, zero, "")
     fetch_vec = store_vec = ""
     if vec_a and vec_b:
         fetch_vec = f"""      for (int u = 0; u < {ra4}; u++) {{
@@ -260,41 +227,10 @@ def _double_buffered(t: Tile, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_
           vstore4(vload4(u, pb), 0, &Bs[nxt][q][cc]); }}
       }}"""
     if fetch_vec:
-        fetch = (f"    vec = full_mn && k0 + {t.tk} <= {kk};\n    if (vec) {{\n{fetch_vec}\n    }} else {{\n"
-                 f"{fetch_scalar}\n    }}")
-        store_ = f"    if (vec) {{\n{store_vec}\n    }} else {{\n{store_scalar}\n    }}"
+        fetch, store_ = _full_tiles_vectorized(t, kk, fetch_vec, fetch_scalar, store_vec, store_scalar)
     else:
         fetch, store_ = fetch_scalar, store_scalar
-    return f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {lx} + tx;
-  const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
-  const {idx} batch = get_group_id(2);
-  __global const {_st(a_dt)}* a = A + ({a_off});
-  __global const {_st(b_dt)}* b = B + ({b_off});
-  __global {_st(dt)}* cm = C + ({c_off});
-  __local {acc} As[2][{t.tk}][{tmp}];
-  __local {acc} Bs[2][{t.tk}][{tnp}];
-  {acc} acc[{t.wm}][{t.wn}];
-  {acc} pa[{regs_a}], pb[{regs_b}];
-  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = {zero};
-  const int full_mn = (bm + {t.tm} <= {m}) && (bn + {t.tn} <= {n});
-  int vec = 0;
-  if ({nk} > 0) {{
-    const {idx} k0 = 0;
-    const int nxt = 0;
-{fetch}
-{store_}
-  }}
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int tt = 0; tt < {nk}; tt++) {{
-    const int cur = tt & 1, nxt = cur ^ 1;
-    const {idx} k0 = ({idx})(tt + 1) * {t.tk};
-    const int more = tt + 1 < {nk};
-    if (more) {{
-{fetch}
-    }}
-    #pragma unroll
-    for (int q = 0; q < {t.tk}; q++) {{
-      {acc} ar[{t.wm}], br[{t.wn}];
+    step = f"""      {acc} ar[{t.wm}], br[{t.wn}];
       #pragma unroll
       for (int i = 0; i < {t.wm}; i++) ar[i] = As[cur][q][ty + i * {ly}];
       #pragma unroll
@@ -303,25 +239,15 @@ def _double_buffered(t: Tile, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_
       for (int i = 0; i < {t.wm}; i++) {{
         #pragma unroll
         for (int j = 0; j < {t.wn}; j++) {{ {mul_add} }}
-      }}
-    }}
-    if (more) {{
-{store_}
-    }}
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }}
-  for (int i = 0; i < {t.wm}; i++) {{
-    const {idx} r = bm + ty + i * {ly};
-    if (r >= {m}) continue;
-    for (int j = 0; j < {t.wn}; j++) {{
-      const {idx} col = bn + tx + j * {lx};
-      if (col < {n}) {{
-        {acc} v = acc[i][j];
-        {_bias(dt, bias, bias_off)}
-        {store(dt, 'cm', f'r * {n} + col', f'(({ctype(dt)})v)' if wraps else 'v')}
-      }}
-    }}
-  }}"""
+      }}"""
+    return f"""{_prologue(t, idx, _st(a_dt), _st(b_dt), _st(dt), a_off, b_off, c_off)}
+  __local {acc} As[2][{t.tk}][{tmp}];
+  __local {acc} Bs[2][{t.tk}][{tnp}];
+  {acc} acc[{t.wm}][{t.wn}];
+  {acc} pa[{regs_a}], pb[{regs_b}];
+  for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = {zero};
+{_pipelined_k_loop(t, idx, m, n, nk, fetch, store_, step)}
+{_store_tile(t, idx, m, n, dt, acc, wraps, bias, bias_off)}"""
 
 
 def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, vec_a, vec_b, aligned, bias, bias_off) -> str:
@@ -344,32 +270,10 @@ def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, ve
 
     def g4(ptr, at, ok):
         return f"*(__global const float4*)({ptr} + {at})" if ok else f"vload4(0, {ptr} + {at})"
-    fetch_scalar = f"""      #pragma unroll
-      for (int u = 0; u < {ra}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {na}) {{ const int r = e / {t.tk}, q = e % {t.tk};
-          pa[u] = (bm + r < {m} && k0 + q < {kk}) ? a[(bm + r) * ({idx}){lda} + k0 + q] : 0.0f; }}
-      }}
-      #pragma unroll
-      for (int u = 0; u < {rb}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {nb}) {{ const int q = e / {t.tn}, cc = e % {t.tn};
-          pb[u] = (k0 + q < {kk} && bn + cc < {n}) ? b[(k0 + q) * ({idx}){ldb} + bn + cc] : 0.0f; }}
-      }}"""
-    store_scalar = f"""      #pragma unroll
-      for (int u = 0; u < {ra}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {na}) As[nxt][e % {t.tk}][e / {t.tk}] = pa[u];
-      }}
-      #pragma unroll
-      for (int u = 0; u < {rb}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {nb}) Bs[nxt][e / {t.tn}][e % {t.tn}] = pb[u];
-      }}"""
+    fetch_scalar, store_scalar = _scalar_staging(t, idx, m, n, kk, lda, ldb, lambda p, at: f"{p}[{at}]", "0.0f",
+                                                 "      #pragma unroll\n")
     if vec_a and vec_b:
-        fetch = f"""    vec = full_mn && k0 + {t.tk} <= {kk};
-    if (vec) {{
-      #pragma unroll
+        fetch_vec = f"""      #pragma unroll
       for (int u = 0; u < {ra4}; u++) {{
         const int e = tid + u * {nt};
         if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
@@ -380,12 +284,8 @@ def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, ve
         const int e = tid + u * {nt};
         if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
           vstore4({g4('b', f'(k0 + q) * ({idx}){ldb} + bn + cc', aligned)}, u, pb); }}
-      }}
-    }} else {{
-{fetch_scalar}
-    }}"""
-        store_ = f"""    if (vec) {{
-      #pragma unroll
+      }}"""
+        store_vec = f"""      #pragma unroll
       for (int u = 0; u < {ra4}; u++) {{
         const int e = tid + u * {nt};
         if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
@@ -397,10 +297,8 @@ def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, ve
         const int e = tid + u * {nt};
         if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
           *(__local float4*)&Bs[nxt][q][cc] = vload4(u, pb); }}
-      }}
-    }} else {{
-{store_scalar}
-    }}"""
+      }}"""
+        fetch, store_ = _full_tiles_vectorized(t, kk, fetch_vec, fetch_scalar, store_vec, store_scalar)
         regs = f"  float pa[{max(ra, 4 * ra4)}], pb[{max(rb, 4 * rb4)}];  // one register set for both paths"
     else:
         fetch, store_ = fetch_scalar, store_scalar
@@ -410,19 +308,105 @@ def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, ve
     reads = "\n".join([f"      const float4 a{g} = ((__local const float4*)As[cur][q])[{g * ly} + ty];" for g in range(ga)]
                       + [f"      const float4 b{h} = ((__local const float4*)Bs[cur][q])[{h * lx} + tx];"
                          for h in range(gb)])
+    step = reads + "\n" + fmas
     bias_add = f"v += bias[({bias_off}) + r];" if bias is not None else ""
-    return f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {lx} + tx;
-  const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
-  const {idx} batch = get_group_id(2);
-  __global const float* a = A + ({a_off});
-  __global const float* b = B + ({b_off});
-  __global float* cm = C + ({c_off});
+    return f"""{_prologue(t, idx, "float", "float", "float", a_off, b_off, c_off)}
   __local float As[2][{t.tk}][{tmp}] __attribute__((aligned(16)));
   __local float Bs[2][{t.tk}][{tnp}] __attribute__((aligned(16)));
   float acc[{t.wm}][{t.wn}];
 {regs}
   for (int i = 0; i < {t.wm}; i++) for (int j = 0; j < {t.wn}; j++) acc[i][j] = 0.0f;
-  const int full_mn = (bm + {t.tm} <= {m}) && (bn + {t.tn} <= {n});
+{_pipelined_k_loop(t, idx, m, n, nk, fetch, store_, step)}
+  #pragma unroll
+  for (int i = 0; i < {t.wm}; i++) {{
+    const {idx} r = bm + (i / 4) * {4 * ly} + ty * 4 + (i % 4);
+    if (r >= {m}) continue;
+    #pragma unroll
+    for (int j = 0; j < {t.wn}; j++) {{
+      const {idx} col = bn + (j / 4) * {4 * lx} + tx * 4 + (j % 4);
+      if (col < {n}) {{
+        float v = acc[i][j];
+        {bias_add}
+        cm[r * {n} + col] = v;
+      }}
+    }}
+  }}"""
+
+
+def _prologue(t: Tile, idx: str, a_t: str, b_t: str, c_t: str, a_off, b_off, c_off) -> str:
+    """A GEMM body's first lines: the work-item's place in its tile, the tile's origin in C,
+    the batch, and the batch's A, B and C (``a``, ``b``, ``cm``) as ``a_t``/``b_t``/``c_t``."""
+    return f"""  const int tx = get_local_id(0), ty = get_local_id(1), tid = ty * {t.lx} + tx;
+  const {idx} bn = ({idx})get_group_id(0) * {t.tn}, bm = ({idx})get_group_id(1) * {t.tm};
+  const {idx} batch = get_group_id(2);
+  __global const {a_t}* a = A + ({a_off});
+  __global const {b_t}* b = B + ({b_off});
+  __global {c_t}* cm = C + ({c_off});"""
+
+
+def _store_tile(t: Tile, idx: str, m, n, dt: DType, acc: str, wraps: bool, bias, bias_off) -> str:
+    """Writes the work-item's accumulators (rows ``ty + i*LY``, columns ``tx + j*LX``) into C
+    with the bias added, inside the matrix only."""
+    return f"""  for (int i = 0; i < {t.wm}; i++) {{
+    const {idx} r = bm + ty + i * {t.ly};
+    if (r >= {m}) continue;
+    for (int j = 0; j < {t.wn}; j++) {{
+      const {idx} col = bn + tx + j * {t.lx};
+      if (col < {n}) {{
+        {acc} v = acc[i][j];
+        {_bias(dt, bias, bias_off)}
+        {store(dt, 'cm', f'r * {n} + col', f'(({ctype(dt)})v)' if wraps else 'v')}
+      }}
+    }}
+  }}"""
+
+
+def _scalar_staging(t: Tile, idx: str, m, n, kk, lda, ldb, ld, zero: str, unroll: str) -> tuple[str, str]:
+    """(fetch, store) of a double-buffered K-tile element by element, with bounds: fetch reads
+    the tile at ``k0`` into the registers ``pa``/``pb`` (``ld(ptr, index)`` loads, ``zero``
+    outside the matrices), store writes them into local buffer ``nxt`` (A transposed).
+    ``unroll`` goes before each loop."""
+    lx, ly = t.lx, t.ly
+    nt = lx * ly
+    na, nb = t.tm * t.tk, t.tk * t.tn
+    ra, rb = -(-na // nt), -(-nb // nt)
+    fetch = f"""{unroll}      for (int u = 0; u < {ra}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na}) {{ const int r = e / {t.tk}, q = e % {t.tk};
+          pa[u] = (bm + r < {m} && k0 + q < {kk}) ? {ld('a', f'(bm + r) * ({idx}){lda} + k0 + q')} : {zero}; }}
+      }}
+{unroll}      for (int u = 0; u < {rb}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb}) {{ const int q = e / {t.tn}, cc = e % {t.tn};
+          pb[u] = (k0 + q < {kk} && bn + cc < {n}) ? {ld('b', f'(k0 + q) * ({idx}){ldb} + bn + cc')} : {zero}; }}
+      }}"""
+    store_ = f"""{unroll}      for (int u = 0; u < {ra}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na}) As[nxt][e % {t.tk}][e / {t.tk}] = pa[u];
+      }}
+{unroll}      for (int u = 0; u < {rb}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb}) Bs[nxt][e / {t.tn}][e % {t.tn}] = pb[u];
+      }}"""
+    return fetch, store_
+
+
+def _full_tiles_vectorized(t: Tile, kk, fetch_vec: str, fetch_scalar: str, store_vec: str,
+                           store_scalar: str) -> tuple[str, str]:
+    """(fetch, store) that take the ``_vec`` path for a K-tile fully inside the matrices
+    (``vec``, decided at fetch time and kept for the store), else the ``_scalar`` one."""
+    fetch = (f"    vec = full_mn && k0 + {t.tk} <= {kk};\n    if (vec) {{\n{fetch_vec}\n    }} else {{\n"
+             f"{fetch_scalar}\n    }}")
+    store_ = f"    if (vec) {{\n{store_vec}\n    }} else {{\n{store_scalar}\n    }}"
+    return fetch, store_
+
+
+def _pipelined_k_loop(t: Tile, idx: str, m, n, nk: int, fetch: str, store_: str, step: str) -> str:
+    """The double-buffered walk over K: K-tile 0 is fetched and stored into buffer 0, then
+    each iteration fetches the next K-tile into registers, runs ``step`` for each ``q`` of
+    the current buffer ``cur``, and stores the registers into the other buffer ``nxt``
+    (one barrier per tile). ``fetch``/``store_`` may branch on ``vec`` (a full tile)."""
+    return f"""  const int full_mn = (bm + {t.tm} <= {m}) && (bn + {t.tn} <= {n});
   int vec = 0;
   if ({nk} > 0) {{
     const {idx} k0 = 0;
@@ -440,27 +424,12 @@ def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, ve
     }}
     #pragma unroll
     for (int q = 0; q < {t.tk}; q++) {{
-{reads}
-{fmas}
+{step}
     }}
     if (more) {{
 {store_}
     }}
     barrier(CLK_LOCAL_MEM_FENCE);
-  }}
-  #pragma unroll
-  for (int i = 0; i < {t.wm}; i++) {{
-    const {idx} r = bm + (i / 4) * {4 * ly} + ty * 4 + (i % 4);
-    if (r >= {m}) continue;
-    #pragma unroll
-    for (int j = 0; j < {t.wn}; j++) {{
-      const {idx} col = bn + (j / 4) * {4 * lx} + tx * 4 + (j % 4);
-      if (col < {n}) {{
-        float v = acc[i][j];
-        {bias_add}
-        cm[r * {n} + col] = v;
-      }}
-    }}
   }}"""
 
 

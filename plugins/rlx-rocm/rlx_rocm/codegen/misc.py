@@ -121,6 +121,25 @@ def _fft_common(k: KernelContext, axis: int, in_len: int, out_len: int):
     return x, out, outer, inner
 
 
+def _dft(dt: DType, n: int, m: int, inner: int, length: int, used: int, sign: float, f: float,
+         value: str, accumulate: str) -> str:
+    """The loop body of a direct DFT, one work-item per output ``e`` of complex ``dt``: its
+    frequency ``kq`` (of ``m`` along the axis) sums ``used`` inputs ``j`` at ``x[base + j*inner]``
+    (``value`` declares ``v``, ``accumulate`` adds it times ``c + i*s`` into ``re``/``im``) with
+    angle ``sign * 2*pi*j*kq/n``; the sum is scaled by ``f``."""
+    real = "float" if dt is DType.C64 else "double"
+    return (f"    const long kq = (e / {inner}) % {m}, o = e / {m * inner}, in_ = e % {inner};\n"
+            f"    const long base = o * {length * inner} + in_;\n"
+            f"    double re = 0, im = 0;\n"
+            f"    for (long j = 0; j < {used}; j++) {{\n"
+            f"      const double ang = {2.0 * sign!r} * (double)((j * kq) % {n}) / {float(n)!r};\n"
+            f"      const double s = sinpi(ang), c = cospi(ang);\n"
+            f"      {value}\n"
+            f"      {accumulate}\n"
+            f"    }}\n"
+            f"    out[e] = ({ctype(dt)})(({real})(re * {f!r}), ({real})(im * {f!r}));")
+
+
 def fft(k: KernelContext) -> None:
     a = k.node.attrs
     x, out = k.inputs[0], k.out
@@ -135,17 +154,8 @@ def fft(k: KernelContext) -> None:
     f = _norm_factor(a["norm"], n, a["inverse"])
     dt = out.dtype
     params = [(k.buf("x", x.dtype, True), k.node.inputs[0]), (k.buf("out", dt), Ref(k.node.id))]
-    body = (f"    const long kq = (e / {inner}) % {n}, o = e / {n * inner}, in_ = e % {inner};\n"
-            f"    const long base = o * {length * inner} + in_;\n"
-            f"    double re = 0, im = 0;\n"
-            f"    for (long j = 0; j < {used}; j++) {{\n"
-            f"      const double ang = {2.0 * sign!r} * (double)((j * kq) % {n}) / {float(n)!r};\n"
-            f"      const double s = sinpi(ang), c = cospi(ang);\n"
-            f"      const {ctype(x.dtype)} v = x[base + j * {inner}];\n"
-            f"      re += (double)v.x * c - (double)v.y * s; im += (double)v.x * s + (double)v.y * c;\n"
-            f"    }}\n"
-            f"    out[e] = ({ctype(dt)})(({'float' if dt is DType.C64 else 'double'})(re * {f!r}), "
-            f"({'float' if dt is DType.C64 else 'double'})(im * {f!r}));")
+    body = _dft(dt, n, n, inner, length, used, sign, f, f"const {ctype(x.dtype)} v = x[base + j * {inner}];",
+                "re += (double)v.x * c - (double)v.y * s; im += (double)v.x * s + (double)v.y * c;")
     k.kernel(params, linear_loop("e", total, "long", body), groups(total, k.wg, k.max_groups()), k.wg)
 
 
@@ -162,18 +172,9 @@ def rfft(k: KernelContext) -> None:
     used = min(length, n)
     f = _norm_factor(a["norm"], n, False)
     dt = out.dtype
-    real = "float" if dt is DType.C64 else "double"
     params = [(k.buf("x", x.dtype, True), k.node.inputs[0]), (k.buf("out", dt), Ref(k.node.id))]
-    body = (f"    const long kq = (e / {inner}) % {m}, o = e / {m * inner}, in_ = e % {inner};\n"
-            f"    const long base = o * {length * inner} + in_;\n"
-            f"    double re = 0, im = 0;\n"
-            f"    for (long j = 0; j < {used}; j++) {{\n"
-            f"      const double ang = -2.0 * (double)((j * kq) % {n}) / {float(n)!r};\n"
-            f"      const double s = sinpi(ang), c = cospi(ang);\n"
-            f"      const double v = (double){load(x.dtype, 'x', f'base + j * {inner}')};\n"
-            f"      re += v * c; im += v * s;\n"
-            f"    }}\n"
-            f"    out[e] = ({ctype(dt)})(({real})(re * {f!r}), ({real})(im * {f!r}));")
+    body = _dft(dt, n, m, inner, length, used, -1.0, f,
+                f"const double v = (double){load(x.dtype, 'x', f'base + j * {inner}')};", "re += v * c; im += v * s;")
     k.kernel(params, linear_loop("e", total, "long", body), groups(total, k.wg, k.max_groups()), k.wg)
 
 

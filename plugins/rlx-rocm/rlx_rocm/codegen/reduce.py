@@ -144,16 +144,15 @@ def reduce_kernel(k: KernelContext) -> None:
 
 
 # --- along one axis ---------------------------------------------------------------------------
-def _rows(x, axis):
-    """(outer, axis length, inner) of ``x`` around ``axis``."""
-    return math.prod(x.dims[:axis]), x.dims[axis], math.prod(x.dims[axis + 1:])
+def _rows(k: KernelContext):
+    """(x, its dtype, outer, axis length, inner): the node's input ``x`` around the node's ``axis``."""
+    x = k.inputs[0]
+    axis = k.node.attrs["axis"]
+    return x, x.dtype, math.prod(x.dims[:axis]), x.dims[axis], math.prod(x.dims[axis + 1:])
 
 
 def arg_kernel(k: KernelContext) -> None:
-    x = k.inputs[0]
-    axis = k.node.attrs["axis"]
-    dt = x.dtype
-    outer, a, inner = _rows(x, axis)
+    x, dt, outer, a, inner = _rows(k)
     m = outer * inner
     if m == 0:
         return
@@ -207,10 +206,7 @@ def arg_kernel(k: KernelContext) -> None:
 
 
 def softmax_kernel(k: KernelContext) -> None:
-    x = k.inputs[0]
-    axis = k.node.attrs["axis"]
-    dt = x.dtype
-    outer, a, inner = _rows(x, axis)
+    x, dt, outer, a, inner = _rows(k)
     rows = outer * inner
     if rows == 0 or a == 0:
         return
@@ -248,10 +244,8 @@ def softmax_kernel(k: KernelContext) -> None:
 
 
 def cumsum_kernel(k: KernelContext) -> None:
-    x = k.inputs[0]
     a = k.node.attrs
-    dt = x.dtype
-    outer, n, inner = _rows(x, a["axis"])
+    x, dt, outer, n, inner = _rows(k)
     rows = outer * inner
     if rows == 0 or n == 0:
         return
@@ -276,11 +270,9 @@ def cumsum_kernel(k: KernelContext) -> None:
 
 
 def topk_kernel(k: KernelContext) -> None:
-    x = k.inputs[0]
     a = k.node.attrs
-    dt = x.dtype
-    kk, axis = a["k"], a["axis"]
-    outer, n, inner = _rows(x, axis)
+    kk = a["k"]
+    x, dt, outer, n, inner = _rows(k)
     if outer * inner == 0 or kk == 0:
         return
     idx = idx_type(x.size)
