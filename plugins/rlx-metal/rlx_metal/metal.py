@@ -30,7 +30,7 @@ from rlx_core.runtime import Availability, CompileOptions, Device
 from rlx_wgpu import api
 
 from . import env
-from .plugin import METAL_BACKEND, metal_blocker
+from .plugin import METAL_BACKEND, blocked, metal_blocker
 
 __all__ = ["MetalBackend", "device_spec", "GEMM_ENGINES", "gemm_engine", "opened_availability"]
 
@@ -98,12 +98,9 @@ class MetalBackend(api.DeviceBackend):
         return device_spec()
 
     def is_available(self) -> Availability:
-        try:
-            blocker = metal_blocker()
-        except PolicyError as e:
-            return Availability(False, str(e))
-        if blocker:
-            return Availability(False, blocker)
+        no = blocked(metal_blocker)
+        if no is not None:
+            return no
         try:
             gpu = self.gpu
         except Exception as e:  # no Metal adapter, wgpu's native library missing, ...

@@ -52,13 +52,20 @@ def ane_blocker() -> str | None:
     return None
 
 
-def _metal_probe() -> Availability:
+def blocked(blocker) -> Availability | None:
+    """Availability(False, why) when ``blocker()`` (``metal_blocker`` or ``ane_blocker``) says the
+    device cannot run here, an invalid setting's PolicyError included; None when it can."""
     try:
-        blocker = metal_blocker()
+        why = blocker()
     except PolicyError as e:
         return Availability(False, str(e))
-    if blocker:
-        return Availability(False, blocker)
+    return Availability(False, why) if why else None
+
+
+def _metal_probe() -> Availability:
+    no = blocked(metal_blocker)
+    if no is not None:
+        return no
     opened = _opened_metal()
     if opened is not None:
         return opened
@@ -73,12 +80,9 @@ def _opened_metal() -> Availability | None:
 
 
 def _ane_probe() -> Availability:
-    try:
-        blocker = ane_blocker()
-    except PolicyError as e:
-        return Availability(False, str(e))
-    if blocker:
-        return Availability(False, blocker)
+    no = blocked(ane_blocker)
+    if no is not None:
+        return no
     return Availability(True, "macOS; coremltools is installed (Core ML not asked yet: `rlx devices --probe full`)")
 
 

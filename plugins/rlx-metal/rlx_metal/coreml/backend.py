@@ -26,7 +26,7 @@ from rlx_core.ir import DType, Graph, Node
 from rlx_core.runtime import Availability, Backend, CompileOptions, Device, ExecutableGraph
 
 from .. import env
-from ..plugin import ANE_BACKEND, ane_blocker
+from ..plugin import ANE_BACKEND, ane_blocker, blocked
 from . import support
 
 __all__ = ["AneBackend", "AneExecutable", "resolve_units"]
@@ -54,12 +54,9 @@ class AneBackend(Backend):
     option_names = ("units",)
 
     def is_available(self) -> Availability:
-        try:
-            blocker = ane_blocker()
-        except PolicyError as e:
-            return Availability(False, str(e))
-        if blocker:
-            return Availability(False, blocker)
+        no = blocked(ane_blocker)
+        if no is not None:
+            return no
         try:
             from .lower import coremltools
             ct = coremltools()[0]
