@@ -152,8 +152,9 @@ class TorchAdapters:
 # --- imported ONNX models (torch exports) ----------------------------------------------------------
 def _torch_models() -> dict:
     """name -> (module, example input dims); built on call (torch imported here)."""
-    import math
     import torch
+
+    from rlx_core.testing.external import gpt2_block
     nn = torch.nn
 
     class CNN(nn.Module):
@@ -178,24 +179,6 @@ def _torch_models() -> dict:
         def forward(self, x):
             return self.layer(x, src_mask=None, is_causal=False)
 
-    class GPT2Block(nn.Module):
-        def __init__(self, d=64, heads=4, ctx=32):
-            super().__init__()
-            self.heads = heads
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-            self.fc, self.out = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-            self.register_buffer("causal", torch.tril(torch.ones(ctx, ctx, dtype=torch.bool)))
-
-        def forward(self, x):
-            b, s, d = x.shape
-            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-            q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-            probs = scores.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(-1)
-            x = x + self.proj((probs @ v).transpose(1, 2).reshape(b, s, d))
-            return x + self.out(nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
     def mlp(*sizes):
         layers = []
         for a, b in zip(sizes, sizes[1:]):
@@ -207,7 +190,7 @@ def _torch_models() -> dict:
         "onnx-mlp-64x784-512-512-10": (mlp(784, 512, 512, 10), (64, 784)),
         "onnx-cnn-1x3x64x64": (CNN(), (1, 3, 64, 64)),
         "onnx-encoder-1x64x128": (Encoder(128, 4, 512), (1, 64, 128)),
-        "onnx-gpt2-1x32x64": (GPT2Block(64, 4, 32), (1, 32, 64)),
+        "onnx-gpt2-1x32x64": (gpt2_block(64, 4, 32), (1, 32, 64)),
     }
 
 

@@ -6,12 +6,16 @@
 * :func:`onnx_node_cases` yields the ONNX backend node test cases of one op type:
   the node (with its attributes) plus inputs and expected outputs computed by ONNX's
   own reference implementation.
+* :func:`gpt2_block` builds a GPT-2 decoder block as a torch module (a model to export
+  to ONNX and import).
 
-onnx and onnxruntime are imported lazily: they are test dependencies, not runtime ones.
+onnx, onnxruntime and torch are imported lazily: they are test dependencies, not runtime ones.
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -22,7 +26,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..reference import evaluate
 
-__all__ = ["run_reference", "run_onnx_graph", "run_onnx_node", "onnx_node_cases", "OnnxNodeCase"]
+__all__ = ["run_reference", "run_onnx_graph", "run_onnx_node", "onnx_node_cases", "OnnxNodeCase", "gpt2_block"]
 
 
 def run_reference(build: Callable[..., Any], *arrays: np.ndarray) -> "np.ndarray | list[np.ndarray]":
@@ -108,3 +112,34 @@ def onnx_node_cases(op_type: str, module: str | None = None) -> Iterator[OnnxNod
         full = [np.asarray(next(it)) if n else None for n in nodes[0].input]
         attrs = {a.name: helper.get_attribute_value(a) for a in nodes[0].attribute}
         yield OnnxNodeCase(case.name, attrs, full, [np.asarray(o) for o in outputs])
+
+
+def gpt2_block(d: int = 32, heads: int = 4, ctx: int = 16):
+    """A GPT-2 decoder block (a ``torch.nn.Module``): pre-LN causal self-attention and a
+    GELU(tanh) MLP, residuals; width ``d``, ``heads`` heads, sequences up to ``ctx``."""
+    return _gpt2_block_class()(d, heads, ctx)
+
+
+@functools.cache
+def _gpt2_block_class():
+    import torch
+
+    class GPT2Block(torch.nn.Module):
+        def __init__(self, d, heads, ctx):
+            super().__init__()
+            self.heads = heads
+            self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+            self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+            self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+            self.register_buffer("causal", torch.tril(torch.ones(ctx, ctx, dtype=torch.bool)))
+
+        def forward(self, x):
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+            probs = scores.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(-1)
+            x = x + self.proj((probs @ v).transpose(1, 2).reshape(b, s, d))
+            return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    return GPT2Block

@@ -5,7 +5,6 @@ to 1e-4 (f32)."""
 from __future__ import annotations
 
 import io
-import math
 import warnings
 
 import numpy as np
@@ -16,6 +15,7 @@ torch = pytest.importorskip("torch")
 from onnx import TensorProto, helper  # noqa: E402
 
 from rlx_core.frontends.onnx import load_onnx  # noqa: E402
+from rlx_core.testing.external import gpt2_block  # noqa: E402
 
 
 def export(module, *args, opset=17, **kwargs):
@@ -27,27 +27,6 @@ def export(module, *args, opset=17, **kwargs):
         torch.onnx.export(module.eval(), args, buf, dynamo=False, opset_version=opset, input_names=names,
                           **kwargs)
     return onnx.load_from_string(buf.getvalue()), {n: a.numpy() for n, a in zip(names, args)}
-
-
-class GPT2Block(torch.nn.Module):
-    """A GPT-2 decoder block: pre-LN causal self-attention and a GELU(tanh) MLP, residuals."""
-
-    def __init__(self, d=32, heads=4, ctx=16):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
-        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
-        self.fc, self.out = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
-        self.register_buffer("causal", torch.tril(torch.ones(ctx, ctx, dtype=torch.bool)))
-
-    def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
-        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
-        probs = scores.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(-1)
-        x = x + self.proj((probs @ v).transpose(1, 2).reshape(b, s, d))
-        return x + self.out(torch.nn.functional.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
 class EncoderLayer(torch.nn.Module):
@@ -116,7 +95,7 @@ def test_torch_models_match_onnxruntime(ox, name, opset):
                                             torch.nn.Linear(16, 10)), _seeded(2, 3, 16, 16)),
         "unet": lambda: (TinyUNet(), _seeded(2, 3, 16, 16)),
         "encoder": lambda: (EncoderLayer(), _seeded(2, 8, 32)),
-        "gpt2": lambda: (GPT2Block(), _seeded(2, 8, 32)),
+        "gpt2": lambda: (gpt2_block(), _seeded(2, 8, 32)),
         "rnn": lambda: (Recurrent(), _seeded(3, 7, 8)),
     }
     module, x = builders[name]()
