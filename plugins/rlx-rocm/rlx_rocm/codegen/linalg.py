@@ -205,16 +205,7 @@ def _double_buffered(t: Tile, dt, acc, idx, m, n, kk, lda, ldb, a_off, b_off, c_
     fetch_scalar, store_scalar = _scalar_staging(t, idx, m, n, kk, lda, ldb, ld, zero, "")
     fetch_vec = store_vec = ""
     if vec_a and vec_b:
-        fetch_vec = f"""      for (int u = 0; u < {ra4}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
-          vstore4(vload4(0, a + (bm + r) * ({idx}){lda} + k0 + q), u, pa); }}
-      }}
-      for (int u = 0; u < {rb4}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
-          vstore4(vload4(0, b + (k0 + q) * ({idx}){ldb} + bn + cc), u, pb); }}
-      }}"""
+        fetch_vec = _vector_fetch(t, idx, lda, ldb, False, "")
         store_vec = f"""      for (int u = 0; u < {ra4}; u++) {{
         const int e = tid + u * {nt};
         if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
@@ -267,24 +258,10 @@ def _vector_local(t: Tile, idx: str, m, n, kk, lda, ldb, a_off, b_off, c_off, ve
     nk = -(-kk // t.tk)
     tmp, tnp = t.tm + 4, t.tn + 4
     ga, gb = t.wm // 4, t.wn // 4
-
-    def g4(ptr, at, ok):
-        return f"*(__global const float4*)({ptr} + {at})" if ok else f"vload4(0, {ptr} + {at})"
     fetch_scalar, store_scalar = _scalar_staging(t, idx, m, n, kk, lda, ldb, lambda p, at: f"{p}[{at}]", "0.0f",
                                                  "      #pragma unroll\n")
     if vec_a and vec_b:
-        fetch_vec = f"""      #pragma unroll
-      for (int u = 0; u < {ra4}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
-          vstore4({g4('a', f'(bm + r) * ({idx}){lda} + k0 + q', aligned)}, u, pa); }}
-      }}
-      #pragma unroll
-      for (int u = 0; u < {rb4}; u++) {{
-        const int e = tid + u * {nt};
-        if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
-          vstore4({g4('b', f'(k0 + q) * ({idx}){ldb} + bn + cc', aligned)}, u, pb); }}
-      }}"""
+        fetch_vec = _vector_fetch(t, idx, lda, ldb, aligned, "      #pragma unroll\n")
         store_vec = f"""      #pragma unroll
       for (int u = 0; u < {ra4}; u++) {{
         const int e = tid + u * {nt};
@@ -389,6 +366,27 @@ def _scalar_staging(t: Tile, idx: str, m, n, kk, lda, ldb, ld, zero: str, unroll
         if (e < {nb}) Bs[nxt][e / {t.tn}][e % {t.tn}] = pb[u];
       }}"""
     return fetch, store_
+
+
+def _vector_fetch(t: Tile, idx: str, lda, ldb, aligned: bool, unroll: str) -> str:
+    """Reads a full K-tile at ``k0`` as float4 into the registers ``pa``/``pb`` (aligned
+    float4 loads when ``aligned``, else ``vload4``); ``unroll`` goes before each loop."""
+    nt = t.lx * t.ly
+    na, nb = t.tm * t.tk, t.tk * t.tn
+    ra4, rb4 = -(-(na // 4) // nt), -(-(nb // 4) // nt)
+
+    def g4(ptr, at):
+        return f"*(__global const float4*)({ptr} + {at})" if aligned else f"vload4(0, {ptr} + {at})"
+    return f"""{unroll}      for (int u = 0; u < {ra4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {na // 4}) {{ const int r = e / {t.tk // 4}, q = (e % {t.tk // 4}) * 4;
+          vstore4({g4('a', f'(bm + r) * ({idx}){lda} + k0 + q')}, u, pa); }}
+      }}
+{unroll}      for (int u = 0; u < {rb4}; u++) {{
+        const int e = tid + u * {nt};
+        if (e < {nb // 4}) {{ const int q = e / {t.tn // 4}, cc = (e % {t.tn // 4}) * 4;
+          vstore4({g4('b', f'(k0 + q) * ({idx}){ldb} + bn + cc')}, u, pb); }}
+      }}"""
 
 
 def _full_tiles_vectorized(t: Tile, kk, fetch_vec: str, fetch_scalar: str, store_vec: str,
