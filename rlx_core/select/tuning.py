@@ -14,7 +14,10 @@ handling and the timing scaffolding are one piece of code:
 * :func:`batch_seconds` -- seconds per run of device work issued back to back;
 * :func:`roundtrip_ns`, :func:`transfer_gbps` -- the fixed cost of one complete run and the
   host <-> device copy rate of complete runs;
+* :func:`median_seconds` -- median seconds of a call after one warm-up call;
 * :func:`tiny_graph`, :func:`random_feeds` -- the graphs timed and their inputs;
+* :func:`matmul_graph`, :func:`stream_graph`, :func:`fma_chain_graph` -- the one-input
+  (``x``) GEMM, bandwidth and vector-throughput graphs that rlx-mlx and rlx-tpu time;
 * :func:`calibration_main` -- the ``python -m <plugin>.calibrate`` command.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import time
 from pathlib import Path
 from typing import Callable
@@ -33,7 +37,8 @@ from ..ir.graph import Graph
 from .calibration import _write_atomic, cache_dir
 
 __all__ = ["tuning_path", "read_tuning", "write_tuning", "cached_tuning", "positive_figures", "batch_seconds",
-           "roundtrip_ns", "transfer_gbps", "tiny_graph", "random_feeds", "calibration_main"]
+           "roundtrip_ns", "transfer_gbps", "median_seconds", "tiny_graph", "random_feeds", "matmul_graph",
+           "stream_graph", "fma_chain_graph", "calibration_main"]
 
 
 def tuning_path(prefix: str, *parts, limit: int = 80) -> Path:
@@ -109,6 +114,45 @@ def transfer_gbps(compiled, feeds: dict, nbytes: float, device_s: float, roundtr
     best = min(_wall_ns(compiled, feeds) for _ in range(runs))
     copy_ns = max(best - device_s * 1e9 - roundtrip, best * 0.05, 1.0)
     return max(nbytes / copy_ns, 0.01)
+
+
+def median_seconds(run: Callable[[], object], repeats: int) -> float:
+    """Median seconds of ``repeats`` timed calls of ``run()``, after one untimed warm-up call
+    (which compiles and warms caches)."""
+    run()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def matmul_graph(n: int) -> Graph:
+    """``calibrate_sgemm``: ``x @ x`` for an [n, n] f32 input ``x`` (2 n**3 flops)."""
+    g = Graph("calibrate_sgemm")
+    x = g.input("x", (n, n))
+    g.set_outputs([g.matmul(x, x)])
+    return g
+
+
+def stream_graph(m: int) -> Graph:
+    """``calibrate_stream``: ``x + 1`` over an [m] f32 input ``x`` (8 m bytes moved)."""
+    g = Graph("calibrate_stream")
+    x = g.input("x", (m,))
+    g.set_outputs([x + 1.0])
+    return g
+
+
+def fma_chain_graph(m: int, steps: int = 8) -> Graph:
+    """``calibrate_vector``: ``steps`` multiply-adds ``y * 0.999 + 0.001`` over an [m] f32
+    input ``x`` (2 * steps flops per element)."""
+    g = Graph("calibrate_vector")
+    y = g.input("x", (m,))
+    for _ in range(steps):
+        y = y * 0.999 + 0.001
+    g.set_outputs([y])
+    return g
 
 
 def tiny_graph(name: str, build: Callable, *shapes) -> Graph:

@@ -23,15 +23,14 @@ Each figure is the median of ``repeats`` timed runs after a warm-up run.
 from __future__ import annotations
 
 import logging
-import statistics
 import time
-from typing import Callable
 
 import numpy as np
 
 from rlx_core.ir import Graph
 from rlx_core.runtime import CompileOptions, compile_graph, registry
 from rlx_core.select.calibration import report_progress
+from rlx_core.select.tuning import fma_chain_graph, matmul_graph, median_seconds, stream_graph
 
 __all__ = ["calibrate", "GEMM_TARGET_S"]
 
@@ -50,7 +49,7 @@ def calibrate(*, elements: int = 1 << 22, repeats: int = 7, gemm_sizes=_GEMM_SIZ
     report_progress(0.05, "GEMM throughput")
     best = 0.0
     for n in gemm_sizes:
-        seconds = _time_graph(backend, _matmul(n), repeats if n <= 1024 else 3)
+        seconds = _time_graph(backend, matmul_graph(n), repeats if n <= 1024 else 3)
         best = max(best, 2 * n ** 3 / seconds / 1e9)
         log.info("sgemm %dx%dx%d: %.1f GFLOP/s", n, n, n, 2 * n ** 3 / seconds / 1e9)
         if seconds >= GEMM_TARGET_S:
@@ -58,20 +57,20 @@ def calibrate(*, elements: int = 1 << 22, repeats: int = 7, gemm_sizes=_GEMM_SIZ
     figures["sgemm_gflops"] = best
     report_progress(0.5, "memory bandwidth")
     nbytes = 4 * elements
-    figures["memory_bw_gbps"] = 2 * nbytes / _time_graph(backend, _stream(elements), repeats) / 1e9
+    figures["memory_bw_gbps"] = 2 * nbytes / _time_graph(backend, stream_graph(elements), repeats) / 1e9
     report_progress(0.65, "vector throughput")
-    figures["vector_gflops"] = 16 * elements / _time_graph(backend, _fma_chain(elements), repeats) / 1e9
+    figures["vector_gflops"] = 16 * elements / _time_graph(backend, fma_chain_graph(elements), repeats) / 1e9
     report_progress(0.8, "overheads")
-    figures["dispatch_overhead_ns"] = _time_graph(backend, _stream(4), 10 * repeats) * 1e9
-    tiny = compile_graph(backend, _stream(4), CompileOptions())
+    figures["dispatch_overhead_ns"] = _time_graph(backend, stream_graph(4), 10 * repeats) * 1e9
+    tiny = compile_graph(backend, stream_graph(4), CompileOptions())
     host = np.ones(4, np.float32)
-    figures["roundtrip_overhead_ns"] = _median(lambda: tiny.run({"x": host}), 10 * repeats) * 1e9
+    figures["roundtrip_overhead_ns"] = median_seconds(lambda: tiny.run({"x": host}), 10 * repeats) * 1e9
     gpu = backend.device_kind == "gpu"
     figures["transfer_bw_gbps"] = None
     if gpu and backend.is_available().detail.get("gpu") == "CUDA":
         array = np.ones(elements, np.float32)
         with mx.stream(backend.mlx_device):
-            upload = _median(lambda: mx.eval(mx.array(array) + 0), repeats)
+            upload = median_seconds(lambda: mx.eval(mx.array(array) + 0), repeats)
         figures["transfer_bw_gbps"] = nbytes / upload / 1e9
     figures["software"] = not gpu
     report_progress(1.0, "done")
@@ -89,37 +88,5 @@ def _time_graph(backend, graph: Graph, repeats: int) -> float:
         x = mx.full(tuple(node.attrs["dims"]), 0.5, mx.float32)
         mx.eval(x)
     run = compiled.executable.run
-    return _median(lambda: mx.eval(run({"x": x})), repeats)
+    return median_seconds(lambda: mx.eval(run({"x": x})), repeats)
 
-
-def _median(run: Callable[[], object], repeats: int) -> float:
-    run()  # warm-up (compiles the fused kernels)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _matmul(n: int) -> Graph:
-    g = Graph("calibrate_sgemm")
-    x = g.input("x", (n, n))
-    g.set_outputs([g.matmul(x, x)])
-    return g
-
-
-def _stream(m: int) -> Graph:
-    g = Graph("calibrate_stream")
-    x = g.input("x", (m,))
-    g.set_outputs([x + 1.0])
-    return g
-
-
-def _fma_chain(m: int) -> Graph:
-    g = Graph("calibrate_vector")
-    y = g.input("x", (m,))
-    for _ in range(8):
-        y = y * 0.999 + 0.001
-    g.set_outputs([y])
-    return g

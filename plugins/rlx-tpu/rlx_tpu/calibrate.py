@@ -17,14 +17,13 @@ Each is the median of ``repeats`` timed runs after a warm-up run.
 from __future__ import annotations
 
 import logging
-import statistics
 import time
-from typing import Callable
 
 import numpy as np
 
 from rlx_core.ir import Graph
 from rlx_core.runtime import CompileOptions, compile_graph, registry
+from rlx_core.select.tuning import fma_chain_graph, matmul_graph, median_seconds, stream_graph
 
 from .platform import x64
 
@@ -41,20 +40,20 @@ def calibrate(*, gemm_size: int = 1024, elements: int = 1 << 22, repeats: int = 
     start = time.perf_counter()
     figures = {}
     n = gemm_size
-    figures["sgemm_gflops"] = 2 * n ** 3 / _time_graph(backend, _matmul(n), repeats) / 1e9
+    figures["sgemm_gflops"] = 2 * n ** 3 / _time_graph(backend, matmul_graph(n), repeats) / 1e9
     log.info("sgemm %dx%dx%d: %.1f GFLOP/s", n, n, n, figures["sgemm_gflops"])
     nbytes = 4 * elements
-    figures["memory_bw_gbps"] = 2 * nbytes / _time_graph(backend, _stream(elements), repeats) / 1e9
-    figures["vector_gflops"] = 16 * elements / _time_graph(backend, _fma_chain(elements), repeats) / 1e9
-    figures["dispatch_overhead_ns"] = _time_graph(backend, _stream(4), 10 * repeats) * 1e9
-    tiny = compile_graph(backend, _stream(4), CompileOptions())
+    figures["memory_bw_gbps"] = 2 * nbytes / _time_graph(backend, stream_graph(elements), repeats) / 1e9
+    figures["vector_gflops"] = 16 * elements / _time_graph(backend, fma_chain_graph(elements), repeats) / 1e9
+    figures["dispatch_overhead_ns"] = _time_graph(backend, stream_graph(4), 10 * repeats) * 1e9
+    tiny = compile_graph(backend, stream_graph(4), CompileOptions())
     host = np.ones(4, np.float32)
-    figures["roundtrip_overhead_ns"] = _median(lambda: tiny.run({"x": host}), 10 * repeats) * 1e9
+    figures["roundtrip_overhead_ns"] = median_seconds(lambda: tiny.run({"x": host}), 10 * repeats) * 1e9
     figures["transfer_bw_gbps"] = None
     if backend.platform != "cpu":
         array = np.ones(elements, np.float32)
         device = jax.devices(backend.platform)[0]
-        upload = _median(lambda: jax.device_put(array, device).block_until_ready(), repeats)
+        upload = median_seconds(lambda: jax.device_put(array, device).block_until_ready(), repeats)
         figures["transfer_bw_gbps"] = nbytes / upload / 1e9
     log.info("calibrated tpu (%s) in %.1f s: %s", backend.platform, time.perf_counter() - start, figures)
     return figures
@@ -67,37 +66,5 @@ def _time_graph(backend, graph: Graph, repeats: int) -> float:
     node = graph.input_nodes[0]
     with x64():
         x = jax.device_put(np.full(node.attrs["dims"], 0.5, np.float32), jax.devices(backend.platform)[0])
-    return _median(lambda: jax.block_until_ready(list(compiled.run({"x": x}))), repeats)
+    return median_seconds(lambda: jax.block_until_ready(list(compiled.run({"x": x}))), repeats)
 
-
-def _median(run: Callable[[], object], repeats: int) -> float:
-    run()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _matmul(n: int) -> Graph:
-    g = Graph("calibrate_sgemm")
-    x = g.input("x", (n, n))
-    g.set_outputs([g.matmul(x, x)])
-    return g
-
-
-def _stream(m: int) -> Graph:
-    g = Graph("calibrate_stream")
-    x = g.input("x", (m,))
-    g.set_outputs([x + 1.0])
-    return g
-
-
-def _fma_chain(m: int) -> Graph:
-    g = Graph("calibrate_vector")
-    y = g.input("x", (m,))
-    for _ in range(8):
-        y = y * 0.999 + 0.001
-    g.set_outputs([y])
-    return g
