@@ -1,62 +1,36 @@
 """The mlx backend beyond op semantics: builds and availability, the program cache,
 params resident as MLX arrays, inputs and outputs of every kind, host-held dtypes,
 control flow on the host, custom op lowerings, legalization, options and calibration."""
-import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 import pytest
 
-from rlx_core import Attr, CompileOptions, CustomOp, Graph, Session, evaluate, register_custom_op
+from rlx_core import CompileOptions, Graph, Session, evaluate
 from rlx_core.errors import GraphError, PolicyError, UnsupportedOpError
-from rlx_core.ir import all_schemas
-from rlx_core.ir.dtypes import FLOATS
 from rlx_core.passes.legalize import unsupported_nodes
-from rlx_core.passes.precision import apply_precision
 from rlx_core.runtime import hookimpl, register_backends, registry
 from rlx_core.testing import assert_close
+from rlx_core.testing import backend_contract as contract
+from rlx_core.testing.backend_contract import DENSE_X as X
+from rlx_core.testing.backend_contract import dense_graph as _dense
+from rlx_core.testing.backend_contract import dense_params as _params
+from rlx_core.testing.backend_contract import dense_want as _want
 from rlx_mlx import platform
 from rlx_mlx.backend import MlxBackend
 from rlx_mlx.lowering import LOWERINGS, control
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    tomllib = pytest.importorskip("tomli")
 
 PLUGIN_ROOT = Path(__file__).resolve().parents[1]
 ON_DEVICE = CompileOptions(backend={"outputs": "mlx"})
 
 
-def _dense(name="dense"):
-    """y = tanh(x @ w + b): one input, two params."""
-    g = Graph(name)
-    x, w, b = g.input("x", (2, 3)), g.param("w", (3, 4)), g.param("b", (4,))
-    g.set_outputs([g.tanh(g.add(g.matmul(x, w), b))])
-    return g
-
-
-def _params(seed=0):
-    rng = np.random.default_rng(seed)
-    return {"w": rng.standard_normal((3, 4)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32)}
-
-
-X = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
-
-
-def _want(params, x=X):
-    return np.tanh(x @ params["w"] + params["b"])
-
-
 # --- builds and availability ------------------------------------------------------------
 def test_every_builtin_op_kind_has_a_lowering():
-    builtin = {kind for kind, schema in all_schemas().items() if not schema.custom}
-    assert builtin - {"input", "param"} <= set(LOWERINGS)
+    contract.check_every_builtin_op_has_a_lowering(LOWERINGS)
 
 
 def test_availability_names_the_build_and_device():
@@ -95,20 +69,6 @@ def test_linux_without_a_build_is_unavailable_cheaply(monkeypatch):
     assert not why.ok and "pip install 'mlx[cpu]'" in why.reason
 
 
-def _installed_here(root: Path) -> dict:
-    """Environment of a child process that finds rlx-mlx through its entry point: the
-    distribution's metadata (as pip writes it) in ``root``, its package on the path."""
-    dist = root / "rlx_mlx-0.1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlx-mlx\nVersion: 0.1.0\n")
-    pyproject = tomllib.loads((PLUGIN_ROOT / "pyproject.toml").read_text())
-    entry_points = pyproject["project"]["entry-points"]["rlx.backends"]
-    lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
-    (dist / "entry_points.txt").write_text("[rlx.backends]\n" + lines)
-    path = os.pathsep.join([str(root), str(PLUGIN_ROOT), os.environ.get("PYTHONPATH", "")])
-    return {**os.environ, "PYTHONPATH": path, "RLX_PLUGINS": "mlx"}
-
-
 def test_entry_point_discovery_and_rlx_devices(tmp_path):
     code = textwrap.dedent("""
         import sys
@@ -124,7 +84,7 @@ def test_entry_point_discovery_and_rlx_devices(tmp_path):
         main(["devices", "--probe", "full"])
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=_installed_here(tmp_path))
+                         env=contract.entry_point_env(tmp_path, PLUGIN_ROOT, "mlx"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "loaded rlx-mlx False" and lines[1] == "[1. 1.]"  # loading the plugin imports no MLX
@@ -170,17 +130,7 @@ def test_inputs_and_params_of_dtypes_mlx_lacks_pass_through_on_the_host():
 
 # --- programs, params, inputs and outputs ---------------------------------------------
 def test_programs_are_cached_per_fingerprint_and_precision():
-    session = Session("mlx")
-    first, second = session.compile(_dense("a")), session.compile(_dense("b"))  # equal graphs, other names
-    assert first.executable.program is second.executable.program
-    assert session.compile(_dense(), ON_DEVICE).executable.program is first.executable.program
-    assert session.compile(_dense(), CompileOptions(precision="bf16")).executable.program \
-        is not first.executable.program
-    params_a, params_b = _params(1), _params(2)  # one program, params of their own
-    first.set_params(params_a)
-    second.set_params(params_b)
-    assert_close(first.run({"x": X})[0], _want(params_a), "f32")
-    assert_close(second.run({"x": X})[0], _want(params_b), "f32")
+    contract.check_programs_cached_per_fingerprint("mlx", ON_DEVICE)
 
 
 def test_the_whole_graph_is_one_compiled_function():
@@ -202,17 +152,8 @@ def test_params_are_resident_mlx_arrays_and_copies():
 
 
 def test_outputs_are_new_read_only_numpy_arrays_or_fill_out_buffers():
-    compiled = Session("mlx").compile(_dense())
-    compiled.set_params(_params())
-    out = compiled.run({"x": X})[0]
-    later = compiled.run({"x": 2 * X})[0]  # a later run leaves earlier outputs alone
-    assert isinstance(out, np.ndarray) and out.shape == (2, 4) and out.dtype == np.float32
+    out = contract.check_outputs_are_numpy_or_out_buffers("mlx")
     assert not out.flags.writeable
-    assert_close(out, _want(_params()), "f32")
-    assert_close(later, _want(_params(), 2 * X), "f32")
-    buffer = np.empty((2, 4), np.float32)
-    assert compiled.run({"x": X}, out=[buffer])[0] is buffer
-    assert_close(buffer, _want(_params()), "f32")
 
 
 def test_bf16_inputs_and_outputs():
@@ -227,35 +168,16 @@ def test_bf16_inputs_and_outputs():
 
 
 def test_concurrent_runs_agree():
-    compiled = Session("mlx").compile(_dense())
-    compiled.set_params(_params())
-    results = []
-
-    def work():
-        for _ in range(20):
-            results.append(compiled.run({"x": X})[0])
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(results) == 80 and all(np.array_equal(r, results[0]) for r in results)
+    contract.check_concurrent_runs_agree("mlx")
 
 
 def test_traced_runs_report_the_program(caplog):
-    compiled = Session("mlx").compile(_dense("traced"), CompileOptions(trace=True))
-    compiled.set_params(_params())
-    with caplog.at_level("INFO", logger="rlx.trace"):
-        assert_close(compiled.run({"x": X})[0], _want(_params()), "f32")
-    assert "traced on mlx: 1 ops" in caplog.text and "(one MLX program)" in caplog.text
+    contract.check_traced_runs_report_the_program("mlx", caplog, "MLX")
 
 
 def test_backend_options_are_checked():
+    contract.check_unknown_backend_options("mlx")
     session = Session("mlx")
-    with pytest.raises(PolicyError, match=r"options \['arena'\] are unknown"):
-        session.compile(_dense(), CompileOptions(backend={"arena": 1}))
-    with pytest.raises(PolicyError, match="outputs='cupy'"):
-        session.compile(_dense(), CompileOptions(backend={"outputs": "cupy"}))
     with pytest.raises(PolicyError, match="compile must be True or False"):
         session.compile(_dense(), CompileOptions(backend={"compile": "yes"}))
 
@@ -293,30 +215,11 @@ def test_control_flow_runs_on_the_host_with_compiled_bodies(monkeypatch):
 
 
 def test_precision_policies_match_the_reference():
-    g = Graph("mixed")
-    x, w = g.input("x", (4, 8)), g.param("w", (8, 8))
-    g.set_outputs([g.softmax(g.gelu(g.matmul(x, w)))])
-    rng = np.random.default_rng(3)
-    feeds, params = {"x": rng.standard_normal((4, 8)).astype(np.float32)}, \
-        {"w": rng.standard_normal((8, 8)).astype(np.float32)}
-    for policy in ("bf16", "amp-bf16", "f16", "amp-conservative"):
-        compiled = Session("mlx", precision=policy).compile(g)
-        compiled.set_params(params)
-        want = evaluate(apply_precision(g, policy), feeds, params)[0]
-        assert_close(compiled.run(feeds)[0], want, "bf16" if "bf16" in policy else "f16", what=policy)
+    contract.check_precision_policies("mlx")
 
 
 # --- custom op kinds --------------------------------------------------------------------
-def _rule(a, x):
-    return x
-
-
-def _swish_reference(x, *, beta):
-    return x / (1 + np.exp(-beta * x))
-
-
-SWISH = CustomOp("mlx_test.swish", _rule, _swish_reference, attrs={"beta": Attr("float", 1.0)}, dtypes=FLOATS,
-                 doc="x * sigmoid(beta * x)")
+SWISH = contract.swish_op("mlx_test")
 
 
 class SwishLowering:
@@ -340,33 +243,18 @@ class SwishLowering:
         return {SWISH.kind: lower}
 
 
-def _swish_graph(dtype="f32", n=5):
-    g = Graph("swish")
-    g.set_outputs([g.op(SWISH.kind, g.input("x", (n,), dtype), beta=2.0)])
-    return g
-
-
 def test_custom_op_without_a_lowering_is_rejected_at_compile_time():
-    register_custom_op(SWISH)
-    with pytest.raises(UnsupportedOpError, match="op kind 'mlx_test.swish' is not supported by backend 'mlx'"):
-        Session("mlx").compile(_swish_graph())
+    contract.check_custom_op_without_lowering("mlx", SWISH)
 
 
 def test_custom_op_with_a_registered_lowering_runs_in_the_program():
     plugin = SwishLowering()
     register_backends(plugin)
     try:
-        x = np.linspace(-2, 2, 5)
-        for dtype in ("f32", "bf16"):
-            compiled = Session("mlx").compile(_swish_graph(dtype))
-            feeds = {"x": x.astype(compiled.graph.input_nodes[0].attrs["dtype"].np)}
-            before = SwishLowering.traced
-            for _ in range(2):
-                assert_close(compiled.run(feeds)[0], evaluate(_swish_graph(dtype), feeds)[0], dtype)
-            assert SwishLowering.traced == before  # traced at compile time, not per run
+        contract.check_custom_op_lowering_traced_once("mlx", SWISH, lambda: SwishLowering.traced)
         SwishLowering.broken = True  # a lowering giving the wrong dims fails at compile time
         with pytest.raises(GraphError, match=r"mlx lowering of .* gave \[2\] f32, expected \[7\] f32"):
-            Session("mlx").compile(_swish_graph("f32", 7))
+            Session("mlx").compile(contract.swish_graph(SWISH, "f32", 7))
     finally:
         SwishLowering.broken = False
         registry().pm.unregister(plugin)
@@ -377,6 +265,5 @@ def test_calibration_hook_measures_the_backend(mlx_plugin):
     assert mlx_plugin.rlx_calibrate(backend="cpu", device=None) is None
     from rlx_mlx.calibrate import calibrate
     figures = calibrate(elements=1 << 14, repeats=3, gemm_sizes=(64, 128))
-    positive = ("sgemm_gflops", "memory_bw_gbps", "vector_gflops", "dispatch_overhead_ns", "roundtrip_overhead_ns")
-    assert all(figures[k] > 0 for k in positive), figures
+    contract.check_calibration_figures(figures)
     assert figures["software"] == (MlxBackend().device_kind == "cpu")

@@ -1,63 +1,37 @@
 """The tpu backend beyond op semantics: platform choice and availability, the program
 cache, params on the device, inputs and outputs of every kind, control flow compiled
 into the XLA program, custom op lowerings, legalization, options and calibration."""
-import os
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
 
-from rlx_core import Attr, CompileOptions, CustomOp, Graph, Session, evaluate, register_custom_op
-from rlx_core.errors import InputError, PolicyError, UnsupportedOpError
-from rlx_core.ir import all_schemas
-from rlx_core.ir.dtypes import FLOATS
+from rlx_core import CompileOptions, Graph, Session, evaluate
+from rlx_core.errors import InputError, PolicyError
 from rlx_core.passes.legalize import unsupported_nodes
-from rlx_core.passes.precision import apply_precision
 from rlx_core.runtime import hookimpl, register_backends, registry
 from rlx_core.testing import assert_close
+from rlx_core.testing import backend_contract as contract
+from rlx_core.testing.backend_contract import DENSE_X as X
+from rlx_core.testing.backend_contract import dense_graph as _dense
+from rlx_core.testing.backend_contract import dense_params as _params
+from rlx_core.testing.backend_contract import dense_want as _want
 from rlx_tpu import platform
 from rlx_tpu.backend import TpuBackend
 from rlx_tpu.lowering import LOWERINGS
-
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    tomllib = pytest.importorskip("tomli")
 
 PLATFORM = platform.requested_platform()
 PLUGIN_ROOT = Path(__file__).resolve().parents[1]
 ON_DEVICE = CompileOptions(backend={"outputs": "jax"})
 
 
-def _dense(name="dense"):
-    """y = tanh(x @ w + b): one input, two params."""
-    g = Graph(name)
-    x, w, b = g.input("x", (2, 3)), g.param("w", (3, 4)), g.param("b", (4,))
-    g.set_outputs([g.tanh(g.add(g.matmul(x, w), b))])
-    return g
-
-
-def _params(seed=0):
-    rng = np.random.default_rng(seed)
-    return {"w": rng.standard_normal((3, 4)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32)}
-
-
-X = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
-
-
-def _want(params, x=X):
-    return np.tanh(x @ params["w"] + params["b"])
-
-
 # --- platform and availability ----------------------------------------------------------
 def test_every_builtin_op_kind_has_a_lowering():
-    builtin = {kind for kind, schema in all_schemas().items() if not schema.custom}
-    assert builtin - {"input", "param"} <= set(LOWERINGS)
+    contract.check_every_builtin_op_has_a_lowering(LOWERINGS)
 
 
 def test_platform_setting(monkeypatch):
@@ -79,20 +53,6 @@ def test_a_real_tpu_needs_libtpu(monkeypatch):
     assert not cheap.ok and "libtpu" in cheap.reason and "RLX_TPU_PLATFORM=cpu or gpu" in cheap.reason
 
 
-def _installed_here(root: Path) -> dict:
-    """Environment of a child process that finds rlx-tpu through its entry point: the
-    distribution's metadata (as pip writes it) in ``root``, its package on the path."""
-    dist = root / "rlx_tpu-0.1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlx-tpu\nVersion: 0.1.0\n")
-    pyproject = tomllib.loads((PLUGIN_ROOT / "pyproject.toml").read_text())
-    entry_points = pyproject["project"]["entry-points"]["rlx.backends"]
-    lines = "".join(f"{name} = {value}\n" for name, value in entry_points.items())
-    (dist / "entry_points.txt").write_text("[rlx.backends]\n" + lines)
-    path = os.pathsep.join([str(root), str(PLUGIN_ROOT), os.environ.get("PYTHONPATH", "")])
-    return {**os.environ, "PYTHONPATH": path, "RLX_PLUGINS": "tpu"}
-
-
 def test_entry_point_discovery_and_rlx_devices(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
@@ -107,7 +67,7 @@ def test_entry_point_discovery_and_rlx_devices(tmp_path):
         main(["devices", "--probe", "full"])
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env=_installed_here(tmp_path))
+                         env=contract.entry_point_env(tmp_path, PLUGIN_ROOT, "tpu"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == "loaded rlx-tpu" and lines[1] == "[1. 1.]"
@@ -131,17 +91,7 @@ def test_tpu_platform_rejects_64_bit_floats_at_compile_time(monkeypatch):
 
 # --- programs, params, inputs and outputs ---------------------------------------------
 def test_programs_are_cached_per_fingerprint_and_precision():
-    session = Session("tpu")
-    first, second = session.compile(_dense("a")), session.compile(_dense("b"))  # equal graphs, other names
-    assert first.executable.program is second.executable.program
-    assert session.compile(_dense(), ON_DEVICE).executable.program is first.executable.program
-    assert session.compile(_dense(), CompileOptions(precision="bf16")).executable.program \
-        is not first.executable.program
-    params_a, params_b = _params(1), _params(2)  # one program, params of their own
-    first.set_params(params_a)
-    second.set_params(params_b)
-    assert_close(first.run({"x": X})[0], _want(params_a), "f32")
-    assert_close(second.run({"x": X})[0], _want(params_b), "f32")
+    contract.check_programs_cached_per_fingerprint("tpu", ON_DEVICE)
 
 
 def test_params_stay_on_the_device_and_are_copies():
@@ -159,16 +109,7 @@ def test_params_stay_on_the_device_and_are_copies():
 
 
 def test_outputs_are_new_numpy_arrays_or_fill_out_buffers():
-    compiled = Session("tpu").compile(_dense())
-    compiled.set_params(_params())
-    out = compiled.run({"x": X})[0]
-    later = compiled.run({"x": 2 * X})[0]  # a later run leaves earlier outputs alone
-    assert isinstance(out, np.ndarray) and out.shape == (2, 4) and out.dtype == np.float32
-    assert_close(out, _want(_params()), "f32")
-    assert_close(later, _want(_params(), 2 * X), "f32")
-    buffer = np.empty((2, 4), np.float32)
-    assert compiled.run({"x": X}, out=[buffer])[0] is buffer
-    assert_close(buffer, _want(_params()), "f32")
+    contract.check_outputs_are_numpy_or_out_buffers("tpu")
 
 
 def test_inputs_from_dlpack_producers():
@@ -200,35 +141,16 @@ def test_jax_arrays_and_numpy_views_take_the_checked_paths():
 
 
 def test_concurrent_runs_agree():
-    compiled = Session("tpu").compile(_dense())
-    compiled.set_params(_params())
-    results = []
-
-    def work():
-        for _ in range(20):
-            results.append(compiled.run({"x": X})[0])
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(results) == 80 and all(np.array_equal(r, results[0]) for r in results)
+    contract.check_concurrent_runs_agree("tpu")
 
 
 def test_traced_runs_report_the_program(caplog):
-    compiled = Session("tpu").compile(_dense("traced"), CompileOptions(trace=True))
-    compiled.set_params(_params())
-    with caplog.at_level("INFO", logger="rlx.trace"):
-        assert_close(compiled.run({"x": X})[0], _want(_params()), "f32")
-    assert "traced on tpu: 1 ops" in caplog.text and "(one XLA program)" in caplog.text
+    contract.check_traced_runs_report_the_program("tpu", caplog, "XLA")
 
 
 def test_backend_options_are_checked():
+    contract.check_unknown_backend_options("tpu")
     session = Session("tpu")
-    with pytest.raises(PolicyError, match=r"options \['arena'\] are unknown"):
-        session.compile(_dense(), CompileOptions(backend={"arena": 1}))
-    with pytest.raises(PolicyError, match="outputs='cupy'"):
-        session.compile(_dense(), CompileOptions(backend={"outputs": "cupy"}))
     with pytest.raises(Exception, match="device_index 99 is out of range"):
         session.compile(_dense(), CompileOptions(backend={"device_index": 99}))
 
@@ -255,30 +177,11 @@ def test_control_flow_runs_inside_the_program():
 
 
 def test_precision_policies_match_the_reference():
-    g = Graph("mixed")
-    x, w = g.input("x", (4, 8)), g.param("w", (8, 8))
-    g.set_outputs([g.softmax(g.gelu(g.matmul(x, w)))])
-    rng = np.random.default_rng(3)
-    feeds, params = {"x": rng.standard_normal((4, 8)).astype(np.float32)}, \
-        {"w": rng.standard_normal((8, 8)).astype(np.float32)}
-    for policy in ("bf16", "amp-bf16", "f16", "amp-conservative"):
-        compiled = Session("tpu", precision=policy).compile(g)
-        compiled.set_params(params)
-        want = evaluate(apply_precision(g, policy), feeds, params)[0]
-        assert_close(compiled.run(feeds)[0], want, "bf16" if "bf16" in policy else "f16", what=policy)
+    contract.check_precision_policies("tpu")
 
 
 # --- custom op kinds --------------------------------------------------------------------
-def _rule(a, x):
-    return x
-
-
-def _swish_reference(x, *, beta):
-    return x / (1 + np.exp(-beta * x))
-
-
-SWISH = CustomOp("tpu_test.swish", _rule, _swish_reference, attrs={"beta": Attr("float", 1.0)}, dtypes=FLOATS,
-                 doc="x * sigmoid(beta * x)")
+SWISH = contract.swish_op("tpu_test")
 
 
 class SwishLowering:
@@ -299,30 +202,15 @@ class SwishLowering:
         return {SWISH.kind: lower}
 
 
-def _swish_graph(dtype="f32"):
-    g = Graph("swish")
-    g.set_outputs([g.op(SWISH.kind, g.input("x", (5,), dtype), beta=2.0)])
-    return g
-
-
 def test_custom_op_without_a_lowering_is_rejected_at_compile_time():
-    register_custom_op(SWISH)
-    with pytest.raises(UnsupportedOpError, match="op kind 'tpu_test.swish' is not supported by backend 'tpu'"):
-        Session("tpu").compile(_swish_graph())
+    contract.check_custom_op_without_lowering("tpu", SWISH)
 
 
 def test_custom_op_with_a_registered_lowering_runs_in_the_program():
     plugin = SwishLowering()
     register_backends(plugin)
     try:
-        x = np.linspace(-2, 2, 5)
-        for dtype in ("f32", "bf16"):
-            compiled = Session("tpu").compile(_swish_graph(dtype))
-            feeds = {"x": x.astype(compiled.graph.input_nodes[0].attrs["dtype"].np)}
-            before = SwishLowering.traced
-            for _ in range(2):
-                assert_close(compiled.run(feeds)[0], evaluate(_swish_graph(dtype), feeds)[0], dtype)
-            assert SwishLowering.traced == before  # traced at compile time, not per run
+        contract.check_custom_op_lowering_traced_once("tpu", SWISH, lambda: SwishLowering.traced)
     finally:
         registry().pm.unregister(plugin)
 
@@ -332,6 +220,5 @@ def test_calibration_hook_measures_the_backend(tpu_plugin):
     assert tpu_plugin.rlx_calibrate(backend="cpu", device=None) is None
     from rlx_tpu.calibrate import calibrate
     figures = calibrate(gemm_size=128, elements=1 << 14, repeats=3)
-    positive = ("sgemm_gflops", "memory_bw_gbps", "vector_gflops", "dispatch_overhead_ns", "roundtrip_overhead_ns")
-    assert all(figures[k] > 0 for k in positive), figures
+    contract.check_calibration_figures(figures)
     assert (figures["transfer_bw_gbps"] is None) == (PLATFORM == "cpu")
