@@ -19,6 +19,8 @@ contract and raises ``AssertionError`` (or ``pytest.fail``) when the backend bre
 * :func:`swish_op`, :func:`swish_graph`, :func:`check_custom_op_without_lowering`,
   :func:`check_custom_op_lowering_traced_once` -- a custom op kind, refused without a
   lowering and traced at compile time (not per run) with one;
+* :func:`rng_loops_graph`, :func:`check_loop_draws_match_reference` -- rng nodes in
+  loop bodies draw under the per-iteration folded seed, as the reference does;
 * :func:`check_calibration_figures` -- the throughput and overhead figures all positive;
 * :func:`entry_point_env` -- the environment of a child process that discovers a plugin
   through its entry point, as pip would install it.
@@ -41,7 +43,8 @@ __all__ = ["DENSE_X", "dense_graph", "dense_params", "dense_want", "check_every_
            "check_programs_cached_per_fingerprint", "check_outputs_are_numpy_or_out_buffers",
            "check_concurrent_runs_agree", "check_traced_runs_report_the_program", "check_unknown_backend_options",
            "check_precision_policies", "swish_op", "swish_graph", "check_custom_op_without_lowering",
-           "check_custom_op_lowering_traced_once", "CALIBRATION_FIGURES", "check_calibration_figures",
+           "check_custom_op_lowering_traced_once", "rng_loops_graph", "check_loop_draws_match_reference",
+           "CALIBRATION_FIGURES", "check_calibration_figures",
            "entry_point_env"]
 
 DENSE_X = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
@@ -213,6 +216,41 @@ def check_custom_op_lowering_traced_once(backend: str, op: CustomOp, traced: Cal
         for _ in range(2):
             assert_close(compiled.run(feeds)[0], evaluate(swish_graph(op, dtype), feeds)[0], dtype)
         assert traced() == before  # traced at compile time, not per run
+
+
+def rng_loops_graph(draw_outside: bool = False) -> Graph:
+    """rng nodes in a while body, a scan body and a scan nested in a while body (and, when
+    ``draw_outside``, one drawn outside the loops, added to the while loop's result)."""
+    g = Graph("loops")
+    x = g.input("x", (3,))
+    counted = g.while_loop(lambda s, v, i: s.lt(i, 4),
+                           lambda s, v, i: (s.add(v, s.rng_normal((3,))), s.add(i, 1)), [x, g.constant(np.int32(0))])
+    _, ys = g.scan(lambda s, c, t: (s.add(c, t), s.add(t, s.rng_uniform((3,)))), g.constant(np.zeros(3, np.float32)),
+                   g.reshape(g.concat([x, x]), (2, 3)))
+
+    def nested(s, v, i):
+        _, inner = s.scan(lambda t, c, r: (c, t.mul(r, t.rng_uniform((3,)))), s.constant(np.zeros(3, np.float32)),
+                          s.reshape(s.concat([v, v, v]), (3, 3)))
+        return s.reduce_max(inner, 0), s.add(i, 1)
+    nest = g.while_loop(lambda s, v, i: s.lt(i, 2), nested, [x, g.constant(np.int32(0))])
+    g.set_outputs([g.add(counted[0], g.rng_uniform((3,))) if draw_outside else counted[0], ys, nest[0]])
+    return g
+
+
+def check_loop_draws_match_reference(backend: str, mode: str, draw_outside: bool = False) -> None:
+    """:func:`rng_loops_graph` compiled for ``backend`` matches the reference (f32) under
+    rng ``mode`` for seeds 0, 123456789 and 2**63."""
+    from ..reference import evaluate
+    from ..rng import RngOptions
+    from ..runtime import Session
+    g = rng_loops_graph(draw_outside)
+    compiled = Session(backend).compile(g)
+    x = np.array([0.5, -1.0, 2.0], np.float32)
+    for seed in (0, 123456789, 2**63):
+        options = RngOptions(seed, mode)
+        compiled.set_rng(options)
+        for got, want in zip(compiled.run({"x": x}), evaluate(g, {"x": x}, rng=options)):
+            assert_close(got, want, "f32")
 
 
 CALIBRATION_FIGURES = ("sgemm_gflops", "memory_bw_gbps", "vector_gflops", "dispatch_overhead_ns",

@@ -8,6 +8,7 @@ import pytest
 from rlx_core import Graph, RngOptions, Session, evaluate, rng as host
 from rlx_core.errors import DeviceUnavailableError
 from rlx_core.testing import assert_close
+from rlx_core.testing import backend_contract as contract
 from rlx_mlx.lowering import random as device
 from rlx_mlx.platform import availability, requested_device
 
@@ -96,32 +97,7 @@ def test_other_modes(mode):
     assert mode in compiled.executable.program.main._traced  # traced once, on first use
 
 
-def _loops():
-    """rng nodes in a while body, a scan body, a scan nested in a while body, and in a
-    compiled segment of the graph around them."""
-    g = Graph("loops")
-    x = g.input("x", (3,))
-    counted = g.while_loop(lambda s, v, i: s.lt(i, 4),
-                           lambda s, v, i: (s.add(v, s.rng_normal((3,))), s.add(i, 1)), [x, g.constant(np.int32(0))])
-    _, ys = g.scan(lambda s, c, t: (s.add(c, t), s.add(t, s.rng_uniform((3,)))), g.constant(np.zeros(3, np.float32)),
-                   g.reshape(g.concat([x, x]), (2, 3)))
-
-    def nested(s, v, i):
-        _, inner = s.scan(lambda t, c, r: (c, t.mul(r, t.rng_uniform((3,)))), s.constant(np.zeros(3, np.float32)),
-                          s.reshape(s.concat([v, v, v]), (3, 3)))
-        return s.reduce_max(inner, 0), s.add(i, 1)
-    nest = g.while_loop(lambda s, v, i: s.lt(i, 2), nested, [x, g.constant(np.int32(0))])
-    g.set_outputs([g.add(counted[0], g.rng_uniform((3,))), ys, nest[0]])  # and one drawn outside the loops
-    return g
-
-
 @pytest.mark.parametrize("mode", ["philox", "ort"])
 def test_loop_bodies_draw_under_the_folded_seed(mode):
-    g = _loops()
-    compiled = Session("mlx").compile(g)
-    x = np.array([0.5, -1.0, 2.0], np.float32)
-    for seed in (0, 123456789, 2**63):
-        options = RngOptions(seed, mode)
-        compiled.set_rng(options)
-        for got, want in zip(compiled.run({"x": x}), evaluate(g, {"x": x}, rng=options)):
-            assert_close(got, want, "f32")
+    """rng nodes in loop bodies, and one in a compiled segment of the graph around them."""
+    contract.check_loop_draws_match_reference("mlx", mode, draw_outside=True)
