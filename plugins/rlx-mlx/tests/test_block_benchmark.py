@@ -1,6 +1,5 @@
 """benchmarks/mlx_block.py compares like with like: its RLX graphs, its hand-written MLX
 models and the reference interpreter compute the same block and matmul chain."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,18 +9,14 @@ import pytest
 
 from rlx_core import evaluate
 from rlx_core.testing import assert_close
+from rlx_core.testing.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "mlx_block.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    if not SCRIPT.exists():
-        pytest.skip(f"{SCRIPT} is not in this checkout")
-    spec = importlib.util.spec_from_file_location("mlx_block", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, skip_missing=True)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])

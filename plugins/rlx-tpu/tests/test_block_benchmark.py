@@ -1,6 +1,5 @@
 """benchmarks/tpu_block.py compares like with like: its RLX graph, its hand-written JAX
 block and the reference interpreter compute the same transformer block."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,16 +9,14 @@ import pytest
 
 from rlx_core import evaluate
 from rlx_core.testing import assert_close
+from rlx_core.testing.scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "tpu_block.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("tpu_block", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
