@@ -13,6 +13,8 @@
   interpreter (for what must start cold, such as compile times) and returns its JSON.
 * ``write_results(name, data, markdown)`` writes ``results/<name>.json`` and
   ``results/<name>.md``; ``update_readme.py`` copies the markdown into the README.
+* ``interleaved_times(contenders, repeats)`` times contenders one call each per round, in
+  a shuffled order; ``paired_ratio(a, b)`` is the median over rounds of a / b.
 * ``machine()`` describes the host (CPU, cores, library versions, BLAS).
 * ``cublas_sgemm(a, b)`` and ``numpy_matmul(a, b)`` time one f32 product as the peers of
   a backend's GEMM: cuBLAS through CuPy (TF32 off; None without a CUDA GPU), numpy's BLAS.
@@ -33,7 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 __all__ = ["ROOT", "RESULTS", "use_checkout", "sample", "summary", "median_of", "Worker", "in_subprocess",
-           "worker_main", "write_results", "markdown_table", "machine", "progress", "cublas_sgemm", "numpy_matmul"]
+           "worker_main", "write_results", "markdown_table", "machine", "progress", "cublas_sgemm", "numpy_matmul",
+           "interleaved_times", "paired_ratio"]
 
 
 def use_checkout() -> None:
@@ -71,6 +74,30 @@ def summary(times: Sequence[float]) -> dict[str, float]:
 
 def median_of(values: Iterable[float]) -> float:
     return statistics.median(list(values))
+
+
+def interleaved_times(contenders: dict, repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Seconds per call of each contender: ``warmup`` untimed rounds, then ``repeats``
+    rounds of one call of each, in a shuffled order (seeded), so that a slow spell of a
+    shared machine hits them all alike."""
+    import numpy as np
+    for _ in range(warmup):
+        for fn in contenders.values():
+            fn()
+    order = list(contenders)
+    times = {name: [] for name in contenders}
+    shuffle = np.random.default_rng(0).permutation
+    for _ in range(repeats):
+        for name in shuffle(order):
+            t0 = time.perf_counter()
+            contenders[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    """The median over rounds of a / b (robust to drift between rounds)."""
+    return statistics.median(x / y for x, y in zip(a, b))
 
 
 def in_subprocess(script: Path, *args: Any, env: dict[str, str] | None = None, timeout: float = 600) -> Any:

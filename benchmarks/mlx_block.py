@@ -50,6 +50,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path += [str(ROOT), str(ROOT / "plugins" / "rlx-mlx")]  # where rlx_core / rlx_mlx are not installed
+sys.path.append(str(Path(__file__).resolve().parent))  # common.py, also when loaded by path
+
+from common import interleaved_times, paired_ratio  # noqa: E402
 
 TARGET_BLOCK = 1.10
 TARGET_CHAIN = 0.90
@@ -168,28 +171,6 @@ def _to_mlx(weights: dict) -> dict:
     return out
 
 
-def _interleaved_times(contenders: dict, repeats: int, warmup: int = 2) -> dict[str, list[float]]:
-    """Seconds per call of each contender: one call of each per round, in a shuffled order,
-    so that a slow spell of a shared machine hits them all alike."""
-    for _ in range(warmup):
-        for fn in contenders.values():
-            fn()
-    order = list(contenders)
-    times = {name: [] for name in contenders}
-    shuffle = np.random.default_rng(0).permutation
-    for _ in range(repeats):
-        for name in shuffle(order):
-            t0 = time.perf_counter()
-            contenders[name]()
-            times[name].append(time.perf_counter() - t0)
-    return times
-
-
-def _paired_ratio(rlx: list[float], peer: list[float]) -> float:
-    """The median over rounds of rlx / peer (robust to drift between rounds)."""
-    return statistics.median(r / p for r, p in zip(rlx, peer))
-
-
 def run_block(cfg: dict, repeats: int) -> dict:
     import mlx.core as mx
     x_host = block_input(cfg)
@@ -216,15 +197,15 @@ def run_block(cfg: dict, repeats: int) -> dict:
         "rlx_host": lambda: rlx_host.run({"x": x_host})[0],
         "mlx_host": lambda: _numpy(direct(weights, mx.array(x_host))),
     }
-    times = _interleaved_times(device, repeats)
-    times.update(_interleaved_times(host, repeats))
+    times = interleaved_times(device, repeats, warmup=2)
+    times.update(interleaved_times(host, repeats, warmup=2))
     y_rlx = np.asarray(rlx_host.run({"x": x_host})[0], np.float64)
     y_mlx = np.asarray(_numpy(direct(weights, x_dev)), np.float64)
     return {
         "config": cfg, "repeats": repeats,
         "median_ms": {name: 1e3 * statistics.median(ts) for name, ts in times.items()},
-        "ratio_device": _paired_ratio(times["rlx_device"], times["mlx_device"]),
-        "ratio_host": _paired_ratio(times["rlx_host"], times["mlx_host"]),
+        "ratio_device": paired_ratio(times["rlx_device"], times["mlx_device"]),
+        "ratio_host": paired_ratio(times["rlx_host"], times["mlx_host"]),
         "compile_s": {"rlx": rlx_compile_s, "mlx": mlx_compile_s},
         "max_abs_diff_rlx_vs_mlx": float(np.max(np.abs(y_rlx - y_mlx))),
         "output_scale": float(np.max(np.abs(y_mlx))), "target": TARGET_BLOCK,
@@ -242,12 +223,12 @@ def run_chain(n: int, length: int, dtype: str, repeats: int) -> dict:
     rlx, _ = compile_rlx(chain_graph(n, length, dtype), "mlx", weights_host)
     run = rlx.executable.run
     raw = mx.compile(mlx_chain(length))
-    times = _interleaved_times({"rlx": lambda: mx.eval(run({"x": x_dev})),
-                                "mlx": lambda: mx.eval(raw(weights, x_dev))}, repeats)
+    times = interleaved_times({"rlx": lambda: mx.eval(run({"x": x_dev})),
+                                "mlx": lambda: mx.eval(raw(weights, x_dev))}, repeats, warmup=2)
     flops = 2 * n ** 3 * length
     tflops = {name: flops / statistics.median(ts) / 1e12 for name, ts in times.items()}
     return {"n": n, "length": length, "dtype": dtype, "repeats": repeats, "tflops": tflops,
-            "ratio_throughput": 1 / _paired_ratio(times["rlx"], times["mlx"]), "target": TARGET_CHAIN,
+            "ratio_throughput": 1 / paired_ratio(times["rlx"], times["mlx"]), "target": TARGET_CHAIN,
             "median_ms": {name: 1e3 * statistics.median(ts) for name, ts in times.items()}}
 
 

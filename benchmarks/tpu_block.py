@@ -51,6 +51,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path += [str(ROOT), str(ROOT / "plugins" / "rlx-tpu")]  # where rlx_core / rlx_tpu are not installed
+sys.path.append(str(Path(__file__).resolve().parent))  # common.py, also when loaded by path
+
+from common import interleaved_times, paired_ratio  # noqa: E402
 
 TARGET_OVERHEAD = 0.10
 PIPELINE_DEPTH = 20  # calls per pipelined sample
@@ -222,10 +225,10 @@ def run_benchmark(cfg: dict, repeats: int) -> dict:
         "rlx_host": lambda: rlx_host.run({"x": x_host})[0],
         "jax_host": lambda: np.asarray(jitted(weights, x_host)),
     }
-    times = _interleaved_times({name: _waited(launch) for name, launch in launches.items()}, repeats)
-    times.update(_interleaved_times(host_calls, repeats))
+    times = interleaved_times({name: _waited(launch) for name, launch in launches.items()}, repeats)
+    times.update(interleaved_times(host_calls, repeats))
     medians_ms = {name: 1e3 * statistics.median(ts) for name, ts in times.items()}
-    pipelined = _interleaved_times({name: _queued(launch, PIPELINE_DEPTH) for name, launch in launches.items()},
+    pipelined = interleaved_times({name: _queued(launch, PIPELINE_DEPTH) for name, launch in launches.items()},
                                    max(repeats // PIPELINE_DEPTH, 5))
 
     y_rlx = np.asarray(rlx_host.run({"x": x_host})[0], np.float64)
@@ -236,10 +239,10 @@ def run_benchmark(cfg: dict, repeats: int) -> dict:
         "python": host_platform.python_version(), "host": host_platform.machine(), "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),  # other work on the machine while it was measured
         "config": cfg, "repeats": repeats, "median_ms": medians_ms,
-        "overhead_device": _paired_overhead(times["rlx_device"], times["jax_device"]),
-        "overhead_host": _paired_overhead(times["rlx_host"], times["jax_host"]),
+        "overhead_device": paired_ratio(times["rlx_device"], times["jax_device"]) - 1,
+        "overhead_host": paired_ratio(times["rlx_host"], times["jax_host"]) - 1,
         "pipelined_ms": {name: 1e3 * statistics.median(ts) / PIPELINE_DEPTH for name, ts in pipelined.items()},
-        "overhead_pipelined": _paired_overhead(pipelined["rlx_device"], pipelined["jax_device"]),
+        "overhead_pipelined": paired_ratio(pipelined["rlx_device"], pipelined["jax_device"]) - 1,
         "compile_s": {"rlx": rlx_compile_s, "jax": jax_compile_s},
         "max_abs_diff_rlx_vs_jax": float(np.max(np.abs(y_rlx - y_jax))), "output_scale": scale,
         "target_overhead": TARGET_OVERHEAD,
@@ -258,27 +261,6 @@ def _queued(launch, depth: int):
             launch()
         launch().block_until_ready()
     return calls
-
-
-def _interleaved_times(contenders: dict, repeats: int) -> dict[str, list[float]]:
-    """Seconds per call of each contender: one call of each per round, in a shuffled
-    order, so that a slow spell of a shared machine hits them all alike."""
-    for fn in contenders.values():  # warm-up: first runs
-        fn()
-    order = list(contenders)
-    times = {name: [] for name in contenders}
-    shuffle = np.random.default_rng(0).permutation
-    for _ in range(repeats):
-        for name in shuffle(order):
-            t0 = time.perf_counter()
-            contenders[name]()
-            times[name].append(time.perf_counter() - t0)
-    return times
-
-
-def _paired_overhead(rlx: list[float], jax: list[float]) -> float:
-    """The median over rounds of rlx / jax, minus 1 (robust to drift between rounds)."""
-    return statistics.median(r / j for r, j in zip(rlx, jax)) - 1
 
 
 def report(result: dict) -> str:
