@@ -15,13 +15,11 @@ Backend options (``CompileOptions(backend={...})``):
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Mapping
 
 from rlx_core.errors import PolicyError
 from rlx_core.ir import DType, Graph, Node, all_schemas
-from rlx_core.runtime import Availability, Backend, CompileOptions, Device, registry
+from rlx_core.runtime import Availability, Backend, CompileOptions, Device, ProgramCache, backend_knobs, registry
 
 from .executable import OUTPUT_KINDS, MlxExecutable, Program
 from .lowering import LOWERINGS
@@ -45,8 +43,7 @@ class MlxBackend(Backend):
         self.requested = requested_device()
         self._availability: Availability | None = None
         self._device = None
-        self._programs: OrderedDict[tuple, Program] = OrderedDict()
-        self._lock = threading.Lock()
+        self._programs: ProgramCache[Program] = ProgramCache(PROGRAM_CACHE_SIZE)
 
     # --- where --------------------------------------------------------------------------
     def is_available(self) -> Availability:
@@ -104,27 +101,12 @@ class MlxBackend(Backend):
         """The cached program of an equal graph, or a new one (traced now)."""
         extra = registry().op_kernels(self.name)
         key = (graph.fingerprint(), options.precision.value, compile, tuple(sorted(extra)))
-        with self._lock:
-            program = self._programs.get(key)
-            if program is not None:
-                self._programs.move_to_end(key)
-                return program
-        program = Program(graph, self.mlx_device, extra, compile, self.lacks())
-        with self._lock:
-            self._programs[key] = program
-            while len(self._programs) > PROGRAM_CACHE_SIZE:
-                self._programs.popitem(last=False)
-        return program
+        return self._programs.get_or_build(key, lambda: Program(graph, self.mlx_device, extra, compile, self.lacks()))
 
 
 def _backend_options(options: CompileOptions) -> dict:
     """``options.backend`` checked against :data:`BACKEND_OPTIONS`, defaults filled in."""
-    unknown = sorted(set(options.backend) - set(BACKEND_OPTIONS))
-    if unknown:
-        raise PolicyError(f"mlx backend options {unknown} are unknown; it takes {sorted(BACKEND_OPTIONS)}")
-    knobs = {**BACKEND_OPTIONS, **options.backend}
-    if knobs["outputs"] not in OUTPUT_KINDS:
-        raise PolicyError(f"mlx backend option outputs={knobs['outputs']!r}; expected one of {', '.join(OUTPUT_KINDS)}")
+    knobs = backend_knobs("mlx", options, BACKEND_OPTIONS, OUTPUT_KINDS)
     if not isinstance(knobs["compile"], bool):
         raise PolicyError(f"mlx backend option compile must be True or False, got {knobs['compile']!r}")
     return knobs

@@ -13,13 +13,11 @@ Backend options (``CompileOptions(backend={...})``):
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Mapping
 
 from rlx_core.errors import PolicyError
 from rlx_core.ir import DType, Graph, Node, all_schemas
-from rlx_core.runtime import Availability, Backend, CompileOptions, Device, registry
+from rlx_core.runtime import Availability, Backend, CompileOptions, Device, ProgramCache, backend_knobs, registry
 
 from .executable import OUTPUT_KINDS, Program, TpuExecutable
 from .lowering import LOWERINGS
@@ -39,8 +37,7 @@ class TpuBackend(Backend):
 
     def __init__(self):
         self.platform = requested_platform()
-        self._programs: OrderedDict[tuple, Program] = OrderedDict()
-        self._lock = threading.Lock()
+        self._programs: ProgramCache[Program] = ProgramCache(PROGRAM_CACHE_SIZE)
 
     def is_available(self) -> Availability:
         return availability(self.platform)
@@ -71,27 +68,12 @@ class TpuBackend(Backend):
         """The cached program of an equal graph, or a new one (compiled now)."""
         extra = registry().op_kernels(self.name)
         key = (graph.fingerprint(), options.precision.value, device_index, tuple(sorted(extra)))
-        with self._lock:
-            program = self._programs.get(key)
-            if program is not None:
-                self._programs.move_to_end(key)
-                return program
-        program = Program(graph, jax_device(self.platform, device_index), extra, options.rng.mode)
-        with self._lock:
-            self._programs[key] = program
-            while len(self._programs) > PROGRAM_CACHE_SIZE:
-                self._programs.popitem(last=False)
-        return program
+        return self._programs.get_or_build(key, lambda: Program(graph, jax_device(self.platform, device_index), extra, options.rng.mode))
 
 
 def _backend_options(options: CompileOptions) -> dict:
     """``options.backend`` checked against :data:`BACKEND_OPTIONS`, defaults filled in."""
-    unknown = sorted(set(options.backend) - set(BACKEND_OPTIONS))
-    if unknown:
-        raise PolicyError(f"tpu backend options {unknown} are unknown; it takes {sorted(BACKEND_OPTIONS)}")
-    knobs = {**BACKEND_OPTIONS, **options.backend}
-    if knobs["outputs"] not in OUTPUT_KINDS:
-        raise PolicyError(f"tpu backend option outputs={knobs['outputs']!r}; expected one of {', '.join(OUTPUT_KINDS)}")
+    knobs = backend_knobs("tpu", options, BACKEND_OPTIONS, OUTPUT_KINDS)
     index = knobs["device_index"]
     if isinstance(index, bool) or not isinstance(index, int) or index < 0:
         raise PolicyError(f"tpu backend option device_index must be an integer >= 0, got {index!r}")
