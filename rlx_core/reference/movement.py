@@ -40,14 +40,21 @@ def expand(x, *, dims):
     return np.array(np.broadcast_to(x, dims))  # a real array, not a read-only broadcast view
 
 
+def pad_crop_and_width(shape, pads) -> tuple[tuple[slice, ...], list[tuple[int, int]]]:
+    """The pad op's ``pads`` (before and after amounts, interleaved per axis) split for
+    ``shape``: the index that crops the negative amounts, then the (before, after) widths
+    of the positive amounts to pad the cropped tensor with."""
+    before, after = pads[0::2], pads[1::2]
+    crop = tuple(slice(-min(b, 0), n + min(e, 0)) for n, b, e in zip(shape, before, after))
+    return crop, [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+
+
 @kernel("pad")
 def pad(x, *, pads, mode, value):
     if x.ndim == 0:  # no axes, nothing to pad (np.pad refuses rank 0)
         return x
-    before, after = pads[0::2], pads[1::2]
-    # Crop first (negative amounts), then pad the cropped tensor (positive amounts).
-    cropped = x[tuple(slice(-min(b, 0), x.shape[ax] + min(e, 0)) for ax, (b, e) in enumerate(zip(before, after)))]
-    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    crop, width = pad_crop_and_width(x.shape, pads)  # crop the negative amounts, pad the positive ones
+    cropped = x[crop]
     if mode == "constant":
         fill = cast_array(np.asarray(value), DType.of(x.dtype))
         return np.pad(cropped, width, mode="constant", constant_values=fill)

@@ -9,6 +9,7 @@ import mlx.core as mx
 import numpy as np
 
 from rlx_core.ir import DType
+from rlx_core.reference.movement import pad_crop_and_width
 
 from . import from_numpy, lowering, np_dtype
 
@@ -68,10 +69,8 @@ def _host_indices(n: int, before: int, after: int, mode: str) -> mx.array:
 def pad(x, *, pads, mode, value):
     if x.ndim == 0:
         return x
-    before, after = pads[0::2], pads[1::2]
-    # Crop first (negative amounts), then pad the cropped tensor (positive amounts).
-    x = x[tuple(slice(-min(b, 0), n + min(e, 0)) for n, b, e in zip(x.shape, before, after))]
-    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    crop, width = pad_crop_and_width(x.shape, pads)  # crop the negative amounts, pad the positive ones
+    x = x[crop]
     if not any(b or e for b, e in width):
         return x
     if mode == "constant":

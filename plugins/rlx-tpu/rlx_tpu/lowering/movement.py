@@ -10,6 +10,7 @@ import numpy as np
 from jax import lax
 
 from rlx_core.ir import DType
+from rlx_core.reference.movement import pad_crop_and_width
 from rlx_core.reference.elementwise import cast_array
 
 from . import lowering
@@ -51,10 +52,8 @@ def expand(x, *, dims):
 def pad(x, *, pads, mode, value):
     if x.ndim == 0:
         return x
-    before, after = pads[0::2], pads[1::2]
-    # Crop first (negative amounts), then pad the cropped tensor (positive amounts).
-    cropped = x[tuple(slice(-min(b, 0), n + min(e, 0)) for n, b, e in zip(x.shape, before, after))]
-    width = [(max(b, 0), max(e, 0)) for b, e in zip(before, after)]
+    crop, width = pad_crop_and_width(x.shape, pads)  # crop the negative amounts, pad the positive ones
+    cropped = x[crop]
     if mode == "constant":
         fill = cast_array(np.asarray(value), DType.of(np.dtype(x.dtype)))  # on the host, as the reference
         return jnp.pad(cropped, width, mode="constant", constant_values=fill)
