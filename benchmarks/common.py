@@ -11,8 +11,9 @@
   that other processes put on the machine then falls on every runtime alike.
 * ``in_subprocess(script, *args)`` runs ``script --worker <json args>`` once in a fresh
   interpreter (for what must start cold, such as compile times) and returns its JSON.
-* ``write_results(name, data, markdown)`` writes ``results/<name>.json`` and
-  ``results/<name>.md``; ``update_readme.py`` copies the markdown into the README.
+* ``write_results(name or path, data, markdown=None)`` writes ``results/<name>.json`` (or the
+  given ``.json`` path) and the markdown beside it; ``update_readme.py`` copies the markdown
+  into the README.
 * ``interleaved_times(contenders, repeats)`` times contenders one call each per round, in
   a shuffled order; ``paired_ratio(a, b)`` is the median over rounds of a / b.
 * ``machine()`` describes the host (CPU, cores, library versions, BLAS).
@@ -170,12 +171,15 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str
     return "\n".join(lines) + "\n"
 
 
-def write_results(name: str, data: dict, markdown: str) -> tuple[Path, Path]:
-    """Write ``results/<name>.json`` (``data``) and ``results/<name>.md`` (``markdown``)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = RESULTS / f"{name}.json", RESULTS / f"{name}.md"
+def write_results(target: "str | Path", data: dict, markdown: str | None = None) -> tuple[Path, Path | None]:
+    """Write ``data`` as JSON and ``markdown`` (if given) beside it with a ``.md`` suffix.
+    ``target`` is a results name (``results/<name>.json``) or a ``.json`` path."""
+    json_path = Path(target) if isinstance(target, Path) else RESULTS / f"{target}.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
     json_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    md_path.write_text(markdown)
+    md_path = None if markdown is None else json_path.with_suffix(".md")
+    if md_path is not None:
+        md_path.write_text(markdown)
     return json_path, md_path
 
 

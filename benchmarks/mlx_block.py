@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path += [str(ROOT), str(ROOT / "plugins" / "rlx-mlx")]  # where rlx_core / rlx_mlx are not installed
 sys.path.append(str(Path(__file__).resolve().parent))  # common.py, also when loaded by path
 
-from common import interleaved_times, paired_ratio  # noqa: E402
+from common import interleaved_times, paired_ratio, write_results  # noqa: E402
 
 TARGET_BLOCK = 1.10
 TARGET_CHAIN = 0.90
@@ -332,8 +332,7 @@ def main(argv=None) -> int:
     result = run_benchmark(cfg, args.repeats, chain_n, args.chain, args.chain_dtype, chain_repeats)
     print(report(result))
     out = args.output or default_output(result)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(out, result)
     print(f"wrote {out}")
     print(f"wrote {write_markdown(out.parent)}")
     return 0

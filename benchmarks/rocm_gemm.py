@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import re
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import cublas_sgemm, numpy_matmul
+from common import cublas_sgemm, numpy_matmul, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins" / "rlx-rocm")]  # a checkout where the plugin is not installed
@@ -95,10 +94,8 @@ def main(argv=None) -> int:
     }
     tag = "pocl" if "Portable" in dev.info["platform"] else re.sub(r"[^a-z0-9]+", "_", dev.info["device"].lower())
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"rocm_{tag.strip('_')}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     table = _table(result)
-    out.with_suffix(".md").write_text(table)
+    write_results(out, result, table)
     print(table)
     return 0
 

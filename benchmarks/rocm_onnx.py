@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import re
 import sys
@@ -27,6 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins" / "rlx-rocm"), str(ROOT / "benchmarks")]
+from common import write_results  # noqa: E402
 TARGET = 1e-4
 
 
@@ -86,8 +86,6 @@ def main(argv=None) -> int:
               "all_ok": all(r["ok"] for r in rows)}
     tag = "pocl" if "Portable" in dev.info["platform"] else re.sub(r"[^a-z0-9]+", "_", dev.info["device"].lower())
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"rocm_onnx_{tag.strip('_')}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     d = dev.describe()
     lines = [f"# torch-exported ONNX models on rocm ({d['device']}, {d['platform']}"
              f"{', software' if d['software'] else ''}{', stand-in' if d['stand_in'] else ''}) vs onnxruntime, "
@@ -97,7 +95,7 @@ def main(argv=None) -> int:
               f"{r['onnxruntime_ms']:.2f} | {r['compile_s']} |" for r in rows]
     lines += ["", "Error: largest |rlx - onnxruntime| over the largest |onnxruntime| output. Times: medians of "
                   "complete runs (inputs in, outputs back).", ""]
-    out.with_suffix(".md").write_text("\n".join(lines))
+    write_results(out, result, "\n".join(lines))
     print("\n".join(lines))
     return 0 if result["all_ok"] else 1
 

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from common import cublas_sgemm, numpy_matmul
+from common import cublas_sgemm, numpy_matmul, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "plugins" / "rlx-wgpu")]  # a checkout where the plugin is not installed
@@ -81,10 +80,8 @@ def main(argv=None) -> int:
                   + ("CUDA events around 20 products (cuBLAS)" if peer else "fastest of 5 host products (numpy)"),
     }
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"wgpu_{args.device}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
     table = _table(result)
-    out.with_suffix(".md").write_text(table)
+    write_results(out, result, table)
     print(table)
     return 0
 
