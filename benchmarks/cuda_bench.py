@@ -265,6 +265,8 @@ def profile_model(torch, name, *shape_args) -> None:
 
 
 def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -> dict:
+    import ml_dtypes
+    from rlx_core import Session
     from rlx_cuda.lower import LowerContext, attention_kernel
     g, params, feeds, model, x = build_model(torch, name, b, s, d, heads, layers, cache)
     c, run = _rlx(g, params, feeds)
@@ -273,7 +275,12 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
         got = c.run(feeds)[0].float()
         err = float((got - ref).abs().max() / ref.abs().max())
         sync = torch.cuda.synchronize
+        host_feeds = {k: v.float().cpu().numpy().astype(ml_dtypes.bfloat16) for k, v in feeds.items()}
+        host = Session("cuda").compile(g)  # numpy outputs
+        host.set_params(params)
         res = {"rlx_ms": _timed(run, sync), "rlx_full_run_ms": _timed(lambda: c.run(feeds), sync),
+               "rlx_full_run_numpy_ms": _timed(lambda: host.run(host_feeds), sync),
+               "input_bytes": sum(v.nbytes for v in host_feeds.values()),
                "rlx_replay_ms": _timed(lambda: c.executable.run_device([]), sync),  # no input copies, like torch's
                "torch_eager_ms": _timed(lambda: model(x), sync),
                "max_rel_err_vs_torch": err, "rlx_graph_captured": c.executable._graph is not None,
@@ -301,6 +308,8 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
         if f"{k}_ms" in res:
             res[f"rlx_over_{k}"] = res["rlx_ms"] / res[f"{k}_ms"]
     res["rlx_replay_over_torch_cuda_graph"] = res["rlx_replay_ms"] / res["torch_cuda_graph_ms"]
+    res["full_run_torch_inputs_over_replay"] = res["rlx_full_run_ms"] / res["rlx_replay_ms"]
+    res["full_run_numpy_inputs_over_replay"] = res["rlx_full_run_numpy_ms"] / res["rlx_replay_ms"]
     return res
 
 
@@ -321,6 +330,10 @@ def summary(results: dict) -> list[str]:
          ratio("decode_4_layers_bf16", "rlx_replay_over_torch_cuda_graph"), "<= 1.2x",
          f"with the 9 input copies of `run`: {ratio('decode_4_layers_bf16', 'rlx_over_torch_cuda_graph')}; "
          f"vs torch eager {ratio('decode_4_layers_bf16', 'rlx_over_torch_eager')}"),
+        ("decode b1, 4 layers: full `run()` / CUDA graph replay, torch CUDA inputs and outputs",
+         ratio("decode_4_layers_bf16", "full_run_torch_inputs_over_replay"), "<= 1.3x",
+         f"numpy inputs and outputs ({results.get('decode_4_layers_bf16', {}).get('input_bytes', 0) / 2**20:.1f} MiB "
+         f"of inputs per run): {ratio('decode_4_layers_bf16', 'full_run_numpy_inputs_over_replay')}"),
     ]
     lines = ["<!-- summary -->", f"On {results.get('device', '?')} (CuPy {results.get('cupy', '?')}, "
              f"torch {results.get('torch', '?')}); ratios below 1 mean RLX is faster.", "",

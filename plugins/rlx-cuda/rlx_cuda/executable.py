@@ -2,8 +2,9 @@
 
 Compile time: lower the graph, plan the arena, allocate it once, upload constants,
 allocate params (uploaded once by ``set_param``), compile every kernel and bind every
-action to fixed device addresses. A run then copies inputs into the arena, replays
-the bound actions (or one captured CUDA graph of them) and reads the outputs. When a
+action to fixed device addresses. A run then stages inputs into the arena (one copy for
+all host inputs, see ``rlx_cuda.staging``), replays the bound actions (or one captured
+CUDA graph of them) and reads the outputs. When a
 fused attention kernel fails to build under ``attention="auto"``, the graph is lowered
 again with the cuBLAS attention path (``attention_fallback`` says why). Runs use
 CuPy's current stream, so device outputs are ordered with the caller's CuPy work.
@@ -38,6 +39,7 @@ from .dtypes import storage_np
 from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
 from .plan import plan_memory
 from .runtime import Runtime
+from .staging import Staging
 from .steps import Buf, Copy, Gemm, Host, Launch, Memset
 
 __all__ = ["CudaExecutable", "OUTPUT_MODES"]
@@ -124,6 +126,7 @@ class CudaExecutable(ExecutableGraph):
         self.capture_enabled = bool(self.backend.get("graph_capture", True)) and \
             all(cap for _, cap, _ in self._bound)
         self._graph = None
+        self._staging: Staging | None = None  # made by the first run (control-flow bodies never need it)
         self._runs = 0
         self.capture_error: str | None = None
         self._tracer = Tracer(graph.name, "cuda") if options.tracing else None
@@ -219,8 +222,10 @@ class CudaExecutable(ExecutableGraph):
 
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
         with self._lock, self.rt.device:
-            for name, view in self._inputs.items():
-                self._write(view, inputs[name])
+            if self._staging is None:
+                self._staging = Staging(self.rt, self.arena.ptr, self.plan.input_bytes, self._inputs,
+                                        self._outputs, self._write)
+            self._staging.write_inputs(inputs)
             self._execute()
             return self._read_outputs(out)
 
@@ -288,18 +293,15 @@ class CudaExecutable(ExecutableGraph):
             cp.copyto(view, src)
 
     def _read_outputs(self, out: Sequence[np.ndarray] | None) -> list[Any]:
-        stream = self.cp.cuda.get_current_stream()
-        if out is not None:
-            for dst, src in zip(out, self._outputs):
-                src.get(stream=stream, out=dst.view(src.dtype))
-            return list(out)
-        if self.output_mode == "numpy":
-            return [src.get(stream=stream).view(shape.dtype.np) for src, shape in zip(self._outputs, self._out_dtypes)]
-        copies = [src.copy() for src in self._outputs]
+        if out is not None or self.output_mode == "numpy":
+            return self._staging.read_numpy([shape.dtype.np for shape in self._out_dtypes], out)
         if self.output_mode == "torch":
             import torch
+            if torch.cuda.current_stream(self.rt.index).cuda_stream == self.cp.cuda.get_current_stream().ptr:
+                return self._staging.read_torch([getattr(torch, shape.dtype.np.name) for shape in self._out_dtypes])
+            copies = [src.copy() for src in self._outputs]  # another stream: DLPack orders the hand-over
             return [_torch_view(torch.from_dlpack(c), shape.dtype) for c, shape in zip(copies, self._out_dtypes)]
-        return [_cupy_view(c, shape.dtype) for c, shape in zip(copies, self._out_dtypes)]
+        return [_cupy_view(src.copy(), shape.dtype) for src, shape in zip(self._outputs, self._out_dtypes)]
 
     def subgraph(self, graph: Graph) -> "CudaExecutable":
         """The executable of a control-flow body (compiled once, same device)."""

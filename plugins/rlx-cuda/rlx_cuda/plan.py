@@ -5,8 +5,10 @@ the first step, graph outputs live to the end); a step's scratch lives during th
 step only. Values whose lifetimes do not overlap share bytes. Placement (``rlx_core.runtime.arena.place``) is greedy,
 largest first, each at the lowest aligned offset free for its whole lifetime.
 
-Params, constants and ``arange`` live in persistent buffers of their own (uploaded
-once); ``aliases`` (reshapes, see ``rlx_cuda.views``) share their input's bytes, and
+Graph inputs come first, packed back to back at the start of the arena and never
+shared, so that a run stages every host input with one copy (see
+``rlx_cuda.staging``). Params, constants and ``arange`` live in persistent buffers of
+their own (uploaded once); ``aliases`` (reshapes, see ``rlx_cuda.views``) share their input's bytes, and
 values no step writes (folded views) get no memory at all.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ class MemoryPlan:
     aliases: dict[Ref, Ref]            # value -> the value whose bytes it views
     persistent: list[Ref]              # values with their own buffer
     size: int
+    input_bytes: int = 0               # the inputs' block: arena bytes [0, input_bytes)
 
     def root(self, ref: Ref) -> Ref:
         while ref in self.aliases:
@@ -58,10 +61,21 @@ def plan_memory(graph: Graph, steps: list[Step], aliases: dict[Ref, Ref],
             first.setdefault(r, i)
     for r in graph.outputs:
         last[root(r)] = len(steps)
+    values: dict[Ref, Placement] = {}
+    input_bytes = 0
+    for node in graph.input_nodes:
+        r = Ref(node.id)
+        nbytes = graph.shape_of(r).nbytes
+        values[r] = Placement(input_bytes, nbytes, -1, last.get(r, -1))
+        input_bytes += -(-max(nbytes, 1) // alignment) * alignment
     buffers = {("value", r): (start, last.get(r, start), graph.shape_of(r).nbytes)
-               for r, start in first.items() if r not in fixed}
+               for r, start in first.items() if r not in fixed and r not in values}
     buffers.update({("scratch", i): (i, i, s.scratch) for i, s in enumerate(steps) if s.scratch})
     placements, size = place(buffers, alignment)
-    values = {key[1]: p for key, p in placements.items() if key[0] == "value"}
-    scratch = {key[1]: p for key, p in placements.items() if key[0] == "scratch"}
-    return MemoryPlan(values, scratch, aliases, persistent, size)
+    values.update({key[1]: _shifted(p, input_bytes) for key, p in placements.items() if key[0] == "value"})
+    scratch = {key[1]: _shifted(p, input_bytes) for key, p in placements.items() if key[0] == "scratch"}
+    return MemoryPlan(values, scratch, aliases, persistent, input_bytes + size, input_bytes)
+
+
+def _shifted(p: Placement, by: int) -> Placement:
+    return Placement(p.offset + by, p.nbytes, p.first, p.last)
