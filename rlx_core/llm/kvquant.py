@@ -17,7 +17,9 @@ The quantizers reproduce ggml-quants.c's reference quantizers bit for bit:
   ``d = m / -8``; ``q = min(15, trunc(x / d + 8.5))``.
 * q5_0: as q4_0 with ``d = m / -16`` and ``q = min(31, trunc(x / d + 16.5))``.
 
-``x / d`` is ``x * (1 / d)`` in f32, with ``1 / d`` taken as 0 when ``d == 0``; ``d`` is
+``x / d`` is ``x * (1 / d)`` in f32, with ``1 / d`` taken as 0 when it is not finite
+(``d == 0``, or ``d`` so small that ``1 / d`` overflows; a subnormal ``d`` whose reciprocal
+fits is used as GGML uses it); ``d`` is
 stored rounded to f16 (nearest even), and dequantization multiplies by that stored f16:
 ``d * q`` (q8_0), ``d * (q - 8)`` (q4_0), ``d * (q - 16)`` (q5_0). Round-trip error is thus
 at most ``|d| / 2`` per value plus the f16 rounding of ``d`` (``|d|`` for the one q4_0/q5_0
@@ -45,7 +47,6 @@ BLOCK = 32
 _CHUNK_VALUES = 4096 * BLOCK              # 512 KiB of f32 input per step: stays in L2
 _HALF_BELOW = np.float32(np.nextafter(np.float32(0.5), np.float32(0.0)))
 _SIGN_BIT = np.uint32(0x80000000)
-_F32_TINY = np.finfo(np.float32).tiny
 _TREE_FANS = (8, 4)                       # 8 * 4 = BLOCK values reduce to one
 _LOW_NIBBLES = np.uint64(0x0F0F0F0F0F0F0F0F)
 
@@ -202,11 +203,15 @@ def _check_finite(extreme: np.ndarray, fmt: str) -> None:
 
 
 def _reciprocal(d: np.ndarray) -> np.ndarray:
-    """``1 / d`` in f32; 0 where ``d == 0`` (an all-zero block, as in GGML) and where ``d``
-    is subnormal, so that ``1 / d`` would overflow (undefined behaviour in GGML's C; such a
-    scale is 0 in f16 anyway, and every value of the block dequantizes to 0)."""
-    inv = np.zeros_like(d)
-    np.divide(np.float32(1.0), d, out=inv, where=np.abs(d) >= _F32_TINY)
+    """``1 / d`` in f32, as GGML computes it -- for a subnormal ``d`` too, whose reciprocal is
+    an ordinary large float -- and 0 where it is not finite: ``d == 0`` (an all-zero block,
+    as in GGML) and ``|d|`` below about ``2**-128``, where ``1 / d`` overflows. GGML then
+    converts inf or nan to an integer code (undefined behaviour in C; gguf's port gets
+    arbitrary codes); RLX writes code 0 instead. Either way the scale is 0 in f16, so every
+    value of such a block dequantizes to 0."""
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = np.float32(1.0) / d
+    inv[~np.isfinite(inv)] = 0
     return inv
 
 

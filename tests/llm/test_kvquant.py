@@ -2,7 +2,7 @@
 ggml-quants.c that nobody here wrote), GGML's byte sizes, and GGML's error bounds."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -16,7 +16,8 @@ FORMATS = sorted(KV_FORMATS)
 
 
 def _gguf_bytes(x, name):
-    return gguf.quants.quantize(x, GGML_TYPE[name]).view(np.uint8).reshape(x.shape[0], -1)
+    with np.errstate(over="ignore", invalid="ignore"):      # 1 / d overflowing: see below
+        return gguf.quants.quantize(x, GGML_TYPE[name]).view(np.uint8).reshape(x.shape[0], -1)
 
 
 def _awkward_blocks(rng):
@@ -42,19 +43,82 @@ def test_bit_identical_to_ggml_reference(name):
     assert quantize(awkward, name).tobytes() == _gguf_bytes(awkward, name).tobytes()
 
 
+def _ggml_scale(blocks, name):
+    """The f32 scale ``d`` of each 32-value block, by ggml-quants.c's definition."""
+    if name == "q8_0":
+        return np.abs(blocks).max(axis=1) / np.float32(127)
+    signed_max = blocks[np.arange(blocks.shape[0]), np.abs(blocks).argmax(axis=1)]
+    return signed_max / np.float32(-8 if name == "q4_0" else -16)
+
+
+def _reciprocal_overflows(x, name):
+    """Blocks whose ``1 / d`` overflows f32: GGML converts inf to an integer code there
+    (undefined in C), so only their dequantized values (all 0) can be compared."""
+    if name == "f16":
+        return np.zeros(x.size // 32, bool)
+    d = _ggml_scale(x.reshape(-1, 32), name)
+    with np.errstate(divide="ignore", over="ignore"):
+        return (d != 0) & ~np.isfinite(np.float32(1) / d)
+
+
 @pytest.mark.parametrize("name", FORMATS)
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
 def test_bit_identical_on_random_blocks(name, data):
     limit = 6e4 if name == "f16" else 5e5          # block scales must fit f16
-    # magnitudes below 1e-30 would make a block's scale subnormal: GGML's 1/d overflows
-    # there (undefined behaviour in C); rlx quantizes such blocks to zero instead
-    values = st.floats(-limit, limit, width=32).filter(lambda v: v == 0 or abs(v) > 1e-30)
-    x = data.draw(hnp.arrays(np.float32, st.tuples(st.integers(1, 6), st.just(64)), elements=values))
-    ours = quantize(x, name)
-    assert ours.tobytes() == _gguf_bytes(x, name).tobytes()
-    reference = gguf.quants.dequantize(_gguf_bytes(x, name).reshape(-1), GGML_TYPE[name]).reshape(x.shape)
+    x = data.draw(hnp.arrays(np.float32, st.tuples(st.integers(1, 6), st.just(64)),
+                             elements=st.floats(-limit, limit, width=32)))
+    ours, theirs = quantize(x, name), _gguf_bytes(x, name)
+    comparable = ~_reciprocal_overflows(x, name).reshape(x.shape[0], -1).any(axis=1)
+    assert ours[comparable].tobytes() == theirs[comparable].tobytes()
+    reference = gguf.quants.dequantize(theirs.reshape(-1), GGML_TYPE[name]).reshape(x.shape)
     np.testing.assert_array_equal(dequantize(ours, name), reference)
+
+
+# Block maxima whose scale d = max / divisor is subnormal in f32 (issue 21), from where
+# 1 / d stops overflowing (d > 1 / f32 max) up to where d becomes normal (d < f32 tiny):
+# about 3.7e-37 .. 1.5e-36 for q8_0, 2.4e-38 .. 9.4e-38 for q4_0, 4.7e-38 .. 1.9e-37 for q5_0.
+# GGML divides by such a d as by any other.
+_F32 = np.finfo(np.float32)
+SUBNORMAL_SCALE_MAXIMA = {name: (float(np.float32(div / float(_F32.max) * 1.001)),
+                                 float(np.float32(div * float(_F32.tiny) * 0.999)))
+                          for name, div in (("q8_0", 127), ("q4_0", 8), ("q5_0", 16))}
+
+
+@pytest.mark.parametrize("name", sorted(SUBNORMAL_SCALE_MAXIMA))
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_subnormal_scales_are_bit_identical_to_gguf(name, data):
+    lo, hi = SUBNORMAL_SCALE_MAXIMA[name]
+    peak = data.draw(st.floats(lo, hi, width=32))
+    shape = hnp.arrays(np.float32, (3, 32), elements=st.floats(-1, 1, width=32))
+    x = data.draw(shape) * np.float32(peak)
+    x[:, data.draw(st.integers(0, 31))] = np.float32(peak) * np.float32(data.draw(st.sampled_from([1, -1])))
+    d = _ggml_scale(x, name)
+    assert (np.abs(d) < _F32.tiny).all()                              # subnormal scales ...
+    assume(not _reciprocal_overflows(x, name).any())                  # ... whose 1 / d fits f32
+    assert quantize(x, name).tobytes() == _gguf_bytes(x, name).tobytes()
+
+
+@pytest.mark.parametrize("name", sorted(SUBNORMAL_SCALE_MAXIMA))
+def test_subnormal_scales_across_the_whole_range(name):
+    """A sweep through every binade of the subnormal-scale range: all blocks whose 1 / d
+    fits are bit-identical to gguf; those whose 1 / d overflows get the codes of an all-zero
+    block (gguf's are arbitrary there) and dequantize to 0."""
+    lo, hi = SUBNORMAL_SCALE_MAXIMA[name]
+    rng = np.random.default_rng(21)
+    peaks = np.geomspace(lo / 4, hi * 2, 400).astype(np.float32)
+    x = (rng.uniform(-1, 1, (400, 32)) * peaks[:, None]).astype(np.float32)
+    x[:, 5] = peaks
+    overflow = _reciprocal_overflows(x, name)
+    assert overflow.sum() > 50 and (~overflow).sum() > 200
+    theirs = _gguf_bytes(x, name)
+    ours = quantize(x, name)
+    assert ours[~overflow].tobytes() == theirs[~overflow].tobytes()
+    np.testing.assert_array_equal(np.abs(ours[overflow, :2].view(np.float16)), 0)   # d is f16 (-)0
+    np.testing.assert_array_equal(ours[overflow, 2:], np.broadcast_to(quantize(np.zeros(32, np.float32), name)[2:],
+                                                                      ours[overflow, 2:].shape))
+    np.testing.assert_array_equal(dequantize(ours[overflow], name), 0)
 
 
 def test_multithreaded_chunks_match_single_chunk():
