@@ -3,6 +3,7 @@
     rlx run model.onnx                                  # random inputs of the declared shapes
     rlx run model.onnx --input x=x.npy --device cpu     # given inputs (their shapes fix symbolic dims)
     rlx run model.onnx --shape x=1,3,224,224 --check    # and compare with onnxruntime
+    rlx run model.onnx --weights model.safetensors      # params from a weight file (.safetensors/.gguf/.npz)
 
 Prints the chosen device, import / compile / run times and each output's shape, dtype
 and value range. ``--check`` runs onnxruntime on the same inputs and fails (exit 1)
@@ -38,6 +39,10 @@ def setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --check (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --check (default 1e-4)")
     p.add_argument("--save", metavar="FILE.npz", help="write the outputs to this .npz file")
+    p.add_argument("--weights", metavar="FILE",
+                   help="set the model's params from a .safetensors, .gguf (quantized tensors dequantized) or .npz "
+                        "file instead of its initializers: every param by name, each checked for dims and dtype "
+                        "before any is set")
 
 
 def cmd_run(args) -> int:
@@ -75,8 +80,9 @@ def _run(args) -> int:
     model = load_onnx_for(proto, feeds)
     t_import = time.perf_counter() - t0
     print(f"model   {args.model}: {len(model.graph)} nodes, opset {model.opset}, imported in {_ms(t_import)}")
+    params = _weights(model.graph, args.weights) if args.weights else model.params
     runtime_feeds = {n: feeds[n] for n in model.input_names}
-    runner, pick = _choose_device(model.graph, args.device, model.params, runtime_feeds)
+    runner, pick = _choose_device(model.graph, args.device, params, runtime_feeds)
     print(f"device  {pick.device} ({_describe(pick, args.device)})")
     t0 = time.perf_counter()
     compiled = runner.compile(pick.device)  # (params replayed onto it)
@@ -107,6 +113,17 @@ def _run(args) -> int:
         return 1
     print(f"check passed: every output matches onnxruntime (atol={args.atol}, rtol={args.rtol})")
     return 0
+
+
+def _weights(graph, path: str) -> dict[str, np.ndarray]:
+    """Every param of ``graph`` from the weight file at ``path`` (all checked first)."""
+    from .weights import open_weights, read_weights
+    t0 = time.perf_counter()
+    options = {"dequantize": True} if path.lower().endswith(".gguf") else {}
+    with open_weights(path, **options) as loader:
+        values = read_weights(graph, loader)
+    print(f"weights {path}: {len(values)} tensors, read in {_ms(time.perf_counter() - t0)}")
+    return values
 
 
 def _named(items, flag, parse):

@@ -357,7 +357,9 @@ _INSTALL = {"rlx-cpu": 'pip install "rlx-core[cpu]"',
             "rlx-metal": 'pip install "rlx-core[metal]"'}
 # Optional features of rlx-core itself -> the command that installs them.
 _FEATURES = {"onnx": 'pip install "rlx-core[onnx]"',  # onnx, and onnxruntime for `rlx run --check`
-             "plot": 'pip install "rlx-core[plot]"'}
+             "plot": 'pip install "rlx-core[plot]"',
+             "weights": 'pip install "rlx-core[weights]"',  # safetensors and gguf weight files
+             "telemetry": 'pip install "rlx-core[telemetry]"'}  # `rlx gpu`: NVML and a live table
 
 
 def install_hint(device: "Device | str | None" = None, reg: "Registry | None" = None) -> str:

@@ -185,6 +185,13 @@ class CompiledGraph:
         node = self._lookup(self._params, name, "param", ParamError)
         self.set_param(name, value_from_bytes(node, data, dtype, ParamError, "param"))
 
+    def load_weights(self, weights, rename=None, *, strict: bool = True, **options) -> list[str]:
+        """Set every param from a weight file or ``rlx_core.weights`` loader (safetensors,
+        GGUF, .npz); every tensor is checked first and a file that does not fit sets
+        nothing. See :func:`rlx_core.weights.load_weights`."""
+        from ..weights import load_weights
+        return load_weights(self, weights, rename, strict=strict, **options)
+
     # --- inputs and runs ------------------------------------------------------------------
     def set_input(self, name: str, value: Any) -> None:
         """Stage an input for the next ``run`` (inputs given to ``run`` take precedence)."""
