@@ -11,6 +11,8 @@ __all__ = [
     "UnsupportedOpError", "InputError", "ParamError", "DeviceError",
     "UnknownDeviceError", "DeviceUnavailableError", "PluginError", "CacheError",
     "KVCacheFullError", "ThermalError", "DeviceFallbackError", "PolicyError", "FrontendError",
+    "ArgumentTypeError", "InputTypeError", "GraphFormatError", "ResourceError", "BackendOutputError",
+    "ShardingError",
 ]
 
 
@@ -28,6 +30,15 @@ class ShapeError(GraphError):
 
 class DTypeError(GraphError):
     """Input dtypes of a node are not accepted by its op kind (raised while building)."""
+
+
+class GraphFormatError(GraphError, ValueError):
+    """A serialized graph document does not follow the format (``rlx_core.ir.graph_format``);
+    ``path`` is the JSON path of the problem, e.g. ``$.nodes[3].inputs[0]``."""
+
+    def __init__(self, path: str, message: str):
+        self.path = path
+        super().__init__(f"{path}: {message}")
 
 
 class OpAttributeError(GraphError):
@@ -52,6 +63,15 @@ class InputError(RlxError):
     """A run was given a missing, unknown, or wrongly shaped/typed input."""
 
 
+class ArgumentTypeError(RlxError, TypeError):
+    """An API call got an argument of the wrong type; the message names the argument."""
+
+
+class InputTypeError(InputError, ArgumentTypeError):
+    """``run``/``run_typed`` got inputs or ``out=`` buffers of the wrong type (a caller
+    error like every InputError: fallback chains raise it at once)."""
+
+
 class ParamError(RlxError):
     """A parameter is unknown, wrongly shaped/typed, or was never set before a run."""
 
@@ -70,6 +90,16 @@ class DeviceUnavailableError(DeviceError):
 
 class PluginError(RlxError):
     """A backend plugin failed to load, or broke its contract."""
+
+
+class BackendOutputError(PluginError):
+    """A backend's run returned outputs that disagree with the graph (count, dims or
+    dtype): a backend failure, which fallback chains answer by trying the next device."""
+
+
+class ResourceError(RlxError, MemoryError):
+    """A compiled graph would need more memory than its device has; the message names the
+    node and the bytes (raised at compile time, before anything is allocated)."""
 
 
 class CacheError(RlxError):
@@ -100,3 +130,8 @@ class DeviceFallbackError(RlxError):
 class FrontendError(RlxError):
     """A model file uses something the importer cannot map; the message names the node,
     its op type and the opset."""
+
+
+class ShardingError(RlxError, ValueError):
+    """A sharding spec is malformed, does not fit the graph or the devices, or the
+    backend cannot shard (``CompileOptions(sharding=...)``); the message names which."""

@@ -40,6 +40,7 @@ CAPABILITIES = {
     "async_pipeline": "runs can overlap host and device work",
     "kv_resident": "KV caches stay resident on the device between steps",
     "fused_elementwise": "elementwise chains compile to single kernels",
+    "sharding": "one graph compiled over a mesh of devices (CompileOptions(sharding=...))",
 }
 
 
@@ -57,7 +58,9 @@ class Availability:
 
 class ExecutableGraph(abc.ABC):
     """A compiled graph on one device. ``CompiledGraph`` validates everything that
-    reaches these methods (names, dims, dtypes), so implementations need not."""
+    reaches these methods (names, dims, dtypes), so implementations need not, and checks
+    the count, dims and dtype of what ``run`` returns. ``run`` may be called from several
+    threads at once: an implementation serializes whatever state its runs share."""
 
     capabilities: frozenset[str] = frozenset()
 
@@ -100,6 +103,13 @@ class Backend(abc.ABC):
 
     def advisory_capabilities(self) -> frozenset[str]:
         return frozenset()
+
+    def memory_capacity(self) -> int | None:
+        """Bytes one compiled graph may hold on this device; ``compile_graph`` refuses a plan
+        above it with a ResourceError (``rlx_core.runtime.memory_plan``). None (the default)
+        means the host's physical memory, right for host devices; plugins for devices with
+        memory of their own override it."""
+        return None
 
     @abc.abstractmethod
     def compile(self, graph: "Graph", options: "CompileOptions") -> ExecutableGraph:

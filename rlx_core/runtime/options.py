@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ..errors import RlxError
 from ..rng import RngOptions
+from .sharding import Sharding
 
 __all__ = ["PrecisionPolicy", "CompileOptions"]
 
@@ -56,19 +57,25 @@ class CompileOptions:
     """Everything besides the graph and device that changes what ``compile`` produces.
 
     ``trace=None`` follows ``RLX_TRACE``. ``backend`` carries backend-specific knobs
-    (documented by each plugin); unknown keys are the plugin's to reject.
+    (documented by each plugin); unknown keys are the plugin's to reject. ``sharding``
+    spreads the graph over a mesh of devices (``rlx_core.runtime.sharding``; a mapping
+    of axis sizes means data parallel over its first axis); backends without the
+    ``sharding`` capability reject it at compile time.
     """
 
     precision: PrecisionPolicy = PrecisionPolicy.DECLARED
     rng: RngOptions = field(default_factory=RngOptions)
     trace: bool | None = None
     backend: Mapping[str, Any] = field(default_factory=dict)
+    sharding: Sharding | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "precision", PrecisionPolicy.of(self.precision))
         if not isinstance(self.rng, RngOptions):
             raise RlxError(f"rng must be RngOptions, got {type(self.rng).__name__}")
         object.__setattr__(self, "backend", MappingProxyType(dict(self.backend)))
+        if self.sharding is not None:
+            object.__setattr__(self, "sharding", Sharding.of(self.sharding))
 
     @property
     def tracing(self) -> bool:
@@ -81,6 +88,8 @@ class CompileOptions:
 
     def cache_key(self) -> str:
         """What the compiled artifact depends on (rng is runtime state, not part of it)."""
-        return json.dumps({"precision": self.precision.value, "trace": self.tracing,
-                           "backend": {k: repr(v) for k, v in sorted(self.backend.items())}},
-                          sort_keys=True)
+        key = {"precision": self.precision.value, "trace": self.tracing,
+               "backend": {k: repr(v) for k, v in sorted(self.backend.items())}}
+        if self.sharding is not None:
+            key["sharding"] = self.sharding.key()
+        return json.dumps(key, sort_keys=True)

@@ -13,7 +13,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import DeviceUnavailableError, InputError, ParamError, RlxError
+from ..errors import (ArgumentTypeError, BackendOutputError, DeviceUnavailableError, InputError, InputTypeError,
+                      ParamError, RlxError, ShardingError)
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.node import Node
@@ -22,8 +23,10 @@ from ..passes.precision import apply_precision
 from ..rng import RngOptions
 from .backend import Backend, ExecutableGraph
 from .device import Device, parse_device
+from .memory_plan import check_fits
 from .options import CompileOptions, PrecisionPolicy
 from .registry import registry
+from .sharding import Sharding
 
 __all__ = ["Session", "CompiledGraph", "Outputs", "compile_graph", "check_value", "value_from_bytes"]
 
@@ -56,16 +59,24 @@ class Session:
     ``Session()`` (no device) picks per graph at compile time, as every other entry point
     does (``rlx_core.select.resolve_device``: ``RLX_DEVICE``, else the best device the
     ``RLX_*`` policy allows, by the cost model); ``device`` and ``backend`` are then None.
+
+    ``mesh=`` sets ``options.sharding``: a :class:`Sharding`, or ``{"axis": size, ...}``
+    for data parallel over the first axis (``Session("tpu", mesh={"data": 8})``). Like the
+    device it is the session's: ``compile(graph, options)`` keeps it unless ``options``
+    carries a sharding of its own.
     """
 
     def __init__(self, device: "Device | str | None" = None, precision: "PrecisionPolicy | str | None" = None,
-                 options: CompileOptions | None = None, *, backend: str | None = None):
+                 options: CompileOptions | None = None, *, backend: str | None = None,
+                 mesh: "Sharding | Mapping[str, int] | None" = None):
         if device is None and backend is not None:
             raise RlxError(f"Session(backend={backend!r}) needs the device that backend serves")
         self.device = None if device is None else parse_device(device)
         self.options = options or CompileOptions()
         if precision is not None:
             self.options = self.options.with_(precision=PrecisionPolicy.of(precision))
+        if mesh is not None:
+            self.options = self.options.with_(sharding=Sharding.of(mesh))
         self.backend: Backend | None = None if self.device is None else registry().backend(self.device) \
             if backend is None else _named_backend(self.device, backend)
 
@@ -74,7 +85,10 @@ class Session:
         return self.options.precision
 
     def compile(self, graph: Graph, options: CompileOptions | None = None) -> "CompiledGraph":
+        require_graph(graph, "Session.compile")
         options = options or self.options
+        if options.sharding is None and self.options.sharding is not None:
+            options = options.with_(sharding=self.options.sharding)
         session = self.resolved(graph, options)
         return compile_graph(session.backend, graph, options, session.device)
 
@@ -108,14 +122,27 @@ def _named_backend(device: Device, name: str) -> Backend:
 def compile_graph(backend: Backend, graph: Graph, options: CompileOptions, device: Device | None = None
                   ) -> "CompiledGraph":
     """The compile pipeline shared by Session, FlexibleSession and the multi-device runners."""
+    require_graph(graph, "compile_graph")
     graph.verify()
+    if options.sharding is not None and "sharding" not in backend.advisory_capabilities():
+        raise ShardingError(f"backend '{backend.name}' ({backend.device}) cannot shard a graph over devices; "
+                            f"CompileOptions(sharding=...) / Session(mesh=...) needs a backend with the "
+                            f"'sharding' capability (tpu)")
     lowered = apply_precision(graph, options.precision)
     legalize_for_backend(lowered, backend, registry().op_kernels(backend.name))
+    check_fits(lowered, backend, device or backend.device)
     exe = backend.compile(lowered, options)
     if not isinstance(exe, ExecutableGraph):
         raise RlxError(f"backend '{backend.name}' returned {type(exe).__name__} from compile, "
                        f"not an ExecutableGraph")
     return CompiledGraph(graph, exe, device or backend.device, backend.name, options)
+
+
+def require_graph(graph: Any, where: str) -> None:
+    """ArgumentTypeError unless ``graph`` is a Graph (a path or JSON text is not one)."""
+    if not isinstance(graph, Graph):
+        raise ArgumentTypeError(f"{where}(graph=...) takes an rlx_core.Graph, got {_describe(graph)} "
+                                f"(load a saved graph with Graph.from_json, a model with rlx_core.frontends)")
 
 
 class CompiledGraph:
@@ -127,6 +154,11 @@ class CompiledGraph:
     elements (read in C order). Python lists and scalars are converted to the declared
     dtype; ``array.array``, memoryviews and tensors keep their own element type. Params
     keep their values across runs.
+
+    Threads: ``run`` may be called from any number of threads at once. Inputs staged with
+    ``set_input`` belong to the thread that staged them (each thread's next ``run`` reads
+    its own and no other's), so one compiled graph can serve many threads either way.
+    Params and rng settings are shared: set them before the threads start running.
     """
 
     def __init__(self, graph: Graph, executable: ExecutableGraph, device: Device, backend: str,
@@ -142,7 +174,9 @@ class CompiledGraph:
         # name -> (dims, numpy dtype): an input matching it exactly takes the fast path in run
         self._input_specs = {name: (tuple(n.attrs["dims"]), n.attrs["dtype"].np) for name, n in self._inputs.items()}
         self._device_arrays = "dlpack" in executable.capabilities  # takes DLPack arrays as they are
-        self._staged: dict[str, Any] = {}
+        self._local = threading.local()  # .staged: this thread's set_input values
+        # (dims, numpy dtype, DType) per output: what run checks the backend's results against
+        self._output_specs = [(s.dims, s.dtype.np, s.dtype) for s in graph.output_shapes]
         self._rng = options.rng
         self._lock = threading.Lock()
         self.output_names = graph.output_names
@@ -196,15 +230,20 @@ class CompiledGraph:
     def set_input(self, name: str, value: Any) -> None:
         """Stage an input for the next ``run`` (inputs given to ``run`` take precedence)."""
         node = self._lookup(self._inputs, name, "input", InputError)
-        self._staged[name] = check_value(node, value, InputError, "input", self._device_arrays)
+        staged = getattr(self._local, "staged", None)
+        if staged is None:
+            staged = self._local.staged = {}
+        staged[name] = check_value(node, value, InputError, "input", self._device_arrays)
 
     def run(self, inputs: "Mapping[str, Any] | Iterable[tuple[str, Any]] | None" = None, *,
             out: Sequence[np.ndarray] | None = None) -> Outputs:
-        """Run once. ``inputs`` is a mapping or (name, array) pairs; staged inputs fill the
-        rest. ``out`` gives one preallocated host array per output to write into."""
-        feeds = dict(self._staged)
-        given = inputs if type(inputs) is dict else dict(
-            inputs.items() if isinstance(inputs, Mapping) else (inputs or ()))
+        """Run once. ``inputs`` is a mapping or (name, array) pairs; inputs this thread
+        staged fill the rest. ``out`` gives one preallocated host array per output to write
+        into. Outputs whose count, dims or dtype disagree with the graph raise
+        BackendOutputError (a backend failure: fallback chains try the next device)."""
+        staged = getattr(self._local, "staged", None)
+        feeds = dict(staged) if staged else {}
+        given = inputs if type(inputs) is dict else _feed_dict(inputs)
         specs = self._input_specs
         for name, value in given.items():
             spec = specs.get(name)
@@ -230,16 +269,24 @@ class CompiledGraph:
                              f"call set_param first")
         if out is not None:
             out = self._check_out(out)
-        self._staged.clear()
-        return Outputs(self.executable.run(feeds, out), self.output_names)
+        if staged:
+            staged.clear()
+        return Outputs(self._checked_outputs(self.executable.run(feeds, out)), self.output_names)
 
     def __call__(self, inputs=None, **kw):
         return self.run(inputs, **kw)
 
     def run_typed(self, inputs: Mapping[str, tuple[bytes, "DType | str"]]) -> list[tuple[bytes, str]]:
         """Bytes in, bytes out: ``{name: (bytes, dtype)}`` -> ``[(bytes, dtype_label), ...]``."""
+        if not isinstance(inputs, Mapping):
+            raise InputTypeError(f"run_typed(inputs=...) takes a mapping of input name -> (bytes, dtype), "
+                                 f"got {_describe(inputs)}")
         feeds = {}
-        for name, (data, dt) in inputs.items():
+        for name, item in inputs.items():
+            if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], (bytes, bytearray, memoryview))):
+                raise InputTypeError(f"run_typed(inputs=...): input {name!r} must be a (bytes, dtype) pair, "
+                                     f"got {_describe(item)}")
+            data, dt = item
             node = self._lookup(self._inputs, name, "input", InputError)
             feeds[name] = value_from_bytes(node, data, dt, InputError, "input")
         outs = self.run(feeds)
@@ -261,15 +308,39 @@ class CompiledGraph:
             raise err(f"graph '{self.graph.name}' has no {what} named {name!r}; its {what}s: {known}") from None
 
     def _check_out(self, out: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if not isinstance(out, (list, tuple)):
+            raise InputTypeError(f"run(out=...) takes a list of numpy arrays, one per output, got {_describe(out)}")
         out = list(out)
         if len(out) != len(self.output_shapes):
             raise InputError(f"out= has {len(out)} arrays, the graph has {len(self.output_shapes)} outputs")
         for i, (arr, shape) in enumerate(zip(out, self.output_shapes)):
             if not isinstance(arr, np.ndarray) or arr.shape != shape.dims or arr.dtype != shape.dtype.np \
                     or not arr.flags.writeable:
-                raise InputError(f"out[{i}] ({self.output_names[i]}) must be a writable numpy array of "
-                                 f"{list(shape.dims)} {shape.dtype}, got {_describe(arr)}")
+                err = InputError if isinstance(arr, np.ndarray) else InputTypeError
+                raise err(f"out[{i}] ({self.output_names[i]}) must be a writable numpy array of "
+                          f"{list(shape.dims)} {shape.dtype}, got {_describe(arr)}")
         return out
+
+    def _checked_outputs(self, results: Sequence[Any]) -> Sequence[Any]:
+        """``results`` if they match the graph's outputs in count, dims and dtype (numpy
+        results of the declared dims and dtype pass on one comparison each), else
+        BackendOutputError naming the backend and the first mismatch."""
+        specs = self._output_specs
+        if not isinstance(results, (list, tuple)) or len(results) != len(specs):
+            count = f"{len(results)} output(s)" if isinstance(results, (list, tuple)) else _describe(results)
+            raise BackendOutputError(f"backend '{self.backend}' returned {count}, the graph has {len(specs)} "
+                                     f"(graph '{self.graph.name}' on {self.device})")
+        for i, (res, (dims, np_dtype, dtype)) in enumerate(zip(results, specs)):
+            if type(res) is np.ndarray and res.shape == dims and res.dtype == np_dtype:
+                continue
+            shape = getattr(res, "shape", None)
+            if shape is not None and tuple(shape) == dims and _dtype_of(res) is dtype:
+                continue
+            got = f"{list(shape)} {_dtype_of(res) or getattr(res, 'dtype', '?')}" if shape is not None else \
+                type(res).__name__
+            raise BackendOutputError(f"backend '{self.backend}' returned output {i} ({self.output_names[i]}) of "
+                                     f"graph '{self.graph.name}' as {got}; the graph declares {list(dims)} {dtype}")
+        return results
 
 
 def check_value(node: Node, value: Any, err: type, what: str, device_arrays: bool) -> Any:
@@ -313,11 +384,13 @@ def _host_array(value: Any, name: str, what: str, err: type) -> np.ndarray:
 
 
 def _dtype_of(arr) -> DType | None:
+    """The DType of a numpy, JAX, CuPy, torch or MLX array (``torch.float32``,
+    ``mlx.core.float32`` name theirs after a module prefix); None if it has none."""
     try:
         return DType.of(np.dtype(arr.dtype))
     except Exception:
         try:
-            return DType.of(str(arr.dtype).replace("torch.", ""))
+            return DType.of(str(arr.dtype).rsplit(".", 1)[-1])
         except Exception:
             return None
 
@@ -335,7 +408,25 @@ def value_from_bytes(node: Node, data: bytes, dtype, err: type, what: str) -> np
     return cast_array(arr, node.attrs["dtype"])
 
 
+def _feed_dict(inputs: Any) -> dict:
+    """``run``'s inputs (None, a mapping, or (name, value) pairs) as a dict, or InputTypeError."""
+    if inputs is None:
+        return {}
+    if isinstance(inputs, Mapping):
+        return dict(inputs.items())
+    if isinstance(inputs, (str, bytes, np.ndarray)) or not isinstance(inputs, Iterable):
+        raise InputTypeError(f"run(inputs=...) takes a mapping of input name -> array, or (name, array) "
+                             f"pairs, got {_describe(inputs)}")
+    feeds = {}
+    for i, pair in enumerate(inputs):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise InputTypeError(f"run(inputs=...): item {i} must be a (name, array) pair, got {_describe(pair)}")
+        feeds[pair[0]] = pair[1]
+    return feeds
+
+
 def _describe(a) -> str:
     if isinstance(a, np.ndarray):
         return f"{list(a.shape)} {a.dtype}" + ("" if a.flags.writeable else " (read-only)")
-    return type(a).__name__
+    text = repr(a)
+    return f"{type(a).__name__} {text if len(text) <= 40 else text[:37] + '...'}"

@@ -8,6 +8,12 @@ it); outputs come back as numpy arrays, into the caller's ``out=`` arrays, or --
 ``CompileOptions(backend={"outputs": "jax"})`` -- as the JAX arrays themselves, still on
 the device and not waited for.
 
+Sharded programs (``CompileOptions(sharding=...)``, see :mod:`rlx_tpu.sharding`) take
+the same path: ``set_param`` places each param's shards on their devices once, inputs
+are split by the call (numpy) or moved to their sharding (JAX arrays placed otherwise),
+and outputs come back gathered or, with ``outputs="sharded"``, as XLA leaves them
+(numpy outputs are then assembled from the shards on the host).
+
 Numpy outputs are what ``np.asarray`` makes of the results: a view of XLA:CPU's buffer,
 one device-to-host copy elsewhere, read-only either way (``np.array(out)`` gives a
 writable copy). Every run returns new arrays; none is ever overwritten by a later run.
@@ -28,6 +34,7 @@ from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
 from .lowering import LowerContext, draws_random, trace_graph
 from .lowering.random import RngState
 from .platform import x64
+from .sharding import Placement
 
 __all__ = ["Program", "TpuExecutable", "OUTPUT_KINDS"]
 
@@ -36,7 +43,7 @@ _WIDE = frozenset(np.dtype(t) for t in ("float64", "int64", "uint64", "complex12
 
 
 class Program:
-    """One graph lowered to JAX and compiled by XLA for one device.
+    """One graph lowered to JAX and compiled by XLA for one device or a mesh (``placement``).
 
     The program's arguments are the params and the inputs (tuples in the graph's
     declaration order) and, when the graph draws random numbers, the run's seed. The
@@ -45,10 +52,11 @@ class Program:
     and shared by every executable of an equal graph (see ``TpuBackend``).
     """
 
-    def __init__(self, graph: Graph, device, extra_lowerings: Mapping[str, Any], rng_mode: str):
+    def __init__(self, graph: Graph, placement: Placement, extra_lowerings: Mapping[str, Any], rng_mode: str):
         import jax
         self.graph = graph
-        self.device = device
+        self.placement = placement
+        self.input_shardings = tuple(placement.inputs[name] for name in graph.input_names)
         self.draws_random = draws_random(graph)
         self.param_names, self.input_names = tuple(graph.param_names), tuple(graph.input_names)
         # Runs need JAX's x64 mode only to pass or return 64-bit values (the seed is u64);
@@ -56,7 +64,8 @@ class Program:
         io = [n.attrs["dtype"].np for n in graph.input_nodes] + [s.dtype.np for s in graph.output_shapes]
         self.run_scope = x64 if self.draws_random or _WIDE.intersection(io) else contextlib.nullcontext
         self._extra = dict(extra_lowerings)
-        self._traced = jax.jit(self._trace, static_argnames="mode")
+        gathered = {} if placement.outputs is None else {"out_shardings": placement.outputs}
+        self._traced = jax.jit(self._trace, static_argnames="mode", **gathered)
         self._compiled: dict[str | None, Any] = {}
         self._lock = threading.Lock()
         self.executable(rng_mode)  # compile now: errors belong to compile time
@@ -64,7 +73,7 @@ class Program:
     def _trace(self, params, inputs, seed, mode):
         rng = RngState(mode, seed) if self.draws_random else None
         bound = dict(zip(self.param_names + self.input_names, params + inputs))
-        return trace_graph(self.graph, bound, LowerContext(self.device.platform, rng, self._extra))
+        return trace_graph(self.graph, bound, LowerContext(self.placement.platform, rng, self._extra))
 
     @property
     def compiled_modes(self) -> tuple[str, ...]:
@@ -85,13 +94,14 @@ class Program:
 
     def _argument_specs(self):
         import jax
-        on_device = jax.sharding.SingleDeviceSharding(self.device)
+        where = self.placement
 
-        def spec(node):
-            return jax.ShapeDtypeStruct(tuple(node.attrs["dims"]), node.attrs["dtype"].np, sharding=on_device)
-        params = tuple(spec(n) for n in self.graph.param_nodes)
-        inputs = tuple(spec(n) for n in self.graph.input_nodes)
-        seed = jax.ShapeDtypeStruct((), np.uint64, sharding=on_device) if self.draws_random else None
+        def spec(node, shardings):
+            return jax.ShapeDtypeStruct(tuple(node.attrs["dims"]), node.attrs["dtype"].np,
+                                        sharding=shardings[node.attrs["name"]])
+        params = tuple(spec(n, where.params) for n in self.graph.param_nodes)
+        inputs = tuple(spec(n, where.inputs) for n in self.graph.input_nodes)
+        seed = jax.ShapeDtypeStruct((), np.uint64, sharding=where.replicated) if self.draws_random else None
         return params, inputs, seed
 
 
@@ -99,7 +109,7 @@ class TpuExecutable(ExecutableGraph):
     """A program plus this compiled graph's params, rng seed and output kind."""
 
     capabilities = frozenset({"typed_io", "out_buffers", "dlpack", "gpu_handles", "control_flow",
-                              "fused_elementwise"})
+                              "fused_elementwise", "sharding"})
 
     def __init__(self, program: Program, name: str, options: CompileOptions, outputs: str):
         self.program = program
@@ -115,7 +125,7 @@ class TpuExecutable(ExecutableGraph):
     def set_param(self, name: str, value: Any) -> None:
         import jax
         with x64():
-            uploaded = jax.device_put(self._private(value), self.program.device)
+            uploaded = jax.device_put(self._private(value), self.program.placement.params[name])
         self._params = {**self._params, name: uploaded}
         if len(self._params) == len(self.program.param_names):  # all set: the program's argument
             self._param_args = tuple(self._params[n] for n in self.program.param_names)
@@ -125,12 +135,13 @@ class TpuExecutable(ExecutableGraph):
         self.rng = rng
         if self.program.draws_random:
             with x64():
-                self._seed = jax.device_put(np.uint64(rng.seed), self.program.device)
+                self._seed = jax.device_put(np.uint64(rng.seed), self.program.placement.replicated)
 
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
         executable = self.program.executable(self.rng.mode)
         with self.program.run_scope():
-            feeds = tuple(self._on_device(name, inputs[name]) for name in self.program.input_names)
+            feeds = tuple(self._on_device(name, inputs[name], where)
+                          for name, where in zip(self.program.input_names, self.program.input_shardings))
             if self._tracer is None:
                 results = executable(self._param_args, feeds, self._seed)
             else:
@@ -142,6 +153,11 @@ class TpuExecutable(ExecutableGraph):
         if self.outputs == "jax":
             return list(results)
         return [np.asarray(res) for res in results]
+
+    def hlo(self) -> str:
+        """The optimized HLO XLA compiled for this graph's rng mode: on a mesh, where the
+        collectives the sharding implies (all-reduce, all-gather, ...) can be read."""
+        return self.program.executable(self.rng.mode).as_text()
 
     # --- helpers ----------------------------------------------------------------------
     def _traced_call(self, executable, feeds):
@@ -157,19 +173,21 @@ class TpuExecutable(ExecutableGraph):
         device anyway), DLPack arrays imported as copies."""
         import jax
         if isinstance(value, np.ndarray):
-            return np.array(value) if self.program.device.platform == "cpu" else value
+            return np.array(value) if self.program.placement.platform == "cpu" else value
         if isinstance(value, jax.Array):
             return value  # immutable
         return self._import("param", value, copy=True)
 
-    def _on_device(self, name: str, value: Any) -> Any:
-        """An input as the program takes it: numpy as is (the call transfers it), JAX
-        arrays moved to the program's device if they live elsewhere, DLPack arrays imported."""
+    def _on_device(self, name: str, value: Any, where) -> Any:
+        """An input as the program takes it: numpy as is (the call transfers or splits it),
+        JAX arrays moved to the input's sharding ``where`` if placed otherwise, DLPack
+        arrays imported."""
         import jax
         if not isinstance(value, (np.ndarray, jax.Array)):
             value = self._import(f"input '{name}'", value, copy=None)
-        if isinstance(value, jax.Array) and value.devices() != {self.program.device}:
-            value = jax.device_put(value, self.program.device)
+        if isinstance(value, jax.Array) and value.sharding != where \
+                and not value.sharding.is_equivalent_to(where, value.ndim):
+            value = jax.device_put(value, where)
         return value
 
     @staticmethod
