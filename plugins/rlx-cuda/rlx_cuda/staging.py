@@ -6,7 +6,8 @@ event) and read each output with its own synchronous ``get``. On a small decode 
 those calls cost twice the step itself. Here:
 
 * host inputs are written into a pinned mirror of the arena's input block (the plan
-  packs inputs back to back at its start) and sent with ONE async copy;
+  packs inputs back to back at its start) and sent with ONE async copy (one per 256 KiB
+  when they are large, each issued as soon as its bytes are written);
 * device inputs (CuPy arrays, torch CUDA tensors on CuPy's current stream) are copied
   device to device by pointer, without DLPack; anything else goes through DLPack;
 * numpy outputs come back with one async copy each into a pinned buffer and ONE
@@ -25,6 +26,7 @@ import numpy as np
 __all__ = ["Staging"]
 
 _H2D, _D2H, _D2D = 1, 2, 3
+_CHUNK = 256 << 10  # host input bytes per upload once inputs are large
 
 
 class Staging:
@@ -44,7 +46,8 @@ class Staging:
         self._block_ptr, self._block_bytes = block_ptr, block_bytes
         self._in_mem = cp.cuda.alloc_pinned_memory(max(block_bytes, 1))
         mirror = np.frombuffer(self._in_mem, np.uint8, block_bytes)
-        self._inputs = {name: (view, _host_view(mirror, view.data.ptr - block_ptr, view)) for name, view in inputs.items()}
+        self._inputs = {name: (view, _host_view(mirror, view.data.ptr - block_ptr, view), view.data.ptr - block_ptr)
+                        for name, view in inputs.items()}
         self._outputs = list(outputs)
         offsets, total = [], 0
         for arr in self._outputs:
@@ -58,46 +61,58 @@ class Staging:
 
     # --- inputs -------------------------------------------------------------------------
     def write_inputs(self, values: Mapping[str, Any]) -> None:
-        """Stage every input of ``values`` into the arena on CuPy's current stream."""
+        """Stage every input of ``values`` into the arena on CuPy's current stream.
+
+        Host inputs go to the pinned mirror; its bytes leave in copies of at least
+        ``_CHUNK`` bytes issued as soon as they are written, so that for large inputs the
+        upload of one overlaps the host copy of the next."""
         stream = self.cp.cuda.get_current_stream()
+        memcpy = self.cp.cuda.runtime.memcpyAsync
         device: list[tuple[Any, Any]] = []
-        host = False
         if self._upload_pending:
             self._uploaded.synchronize()  # the mirror may still be on its way to the device
             self._upload_pending = False
-        for name, (view, mirror) in self._inputs.items():
+        sent = end = 0  # mirror bytes [sent, end) are written but not yet sent
+        for name, (view, mirror, offset) in self._inputs.items():
             value = values[name]
             if isinstance(value, np.ndarray):
                 np.copyto(mirror, value.view(mirror.dtype).reshape(mirror.shape), casting="no")
-                host = True
+                end = offset + mirror.nbytes
+                if end - sent >= _CHUNK:
+                    memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
+                    sent = end
             else:
                 device.append((view, value))
-        if host:
-            self.cp.cuda.runtime.memcpyAsync(self._block_ptr, self._in_mem.ptr, self._block_bytes, _H2D, stream.ptr)
+        if end > sent:
+            memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
+        if end:
             self._uploaded.record(stream)
             self._upload_pending = True
-        for view, value in device:  # after the block upload, on the same stream: these win
-            ptr = self._device_pointer(value, view, stream)
+        if device:  # after the host inputs, on the same stream
+            self._write_device_inputs(device, stream)
+
+    def _write_device_inputs(self, device: list[tuple[Any, Any]], stream) -> None:
+        """Device arrays copied device to device by pointer: CuPy arrays, and torch CUDA
+        tensors when torch's current stream is CuPy's (else DLPack orders the hand-over)."""
+        cp, memcpy = self.cp, self.cp.cuda.runtime.memcpyAsync
+        torch = sys.modules.get("torch")
+        same_stream = None
+        for view, value in device:
+            ptr = None
+            if isinstance(value, cp.ndarray):
+                if value.flags.c_contiguous and value.nbytes == view.nbytes and value.device.id == self.rt.index:
+                    ptr = value.data.ptr
+            elif torch is not None and isinstance(value, torch.Tensor) and value.is_cuda \
+                    and value.get_device() == self.rt.index and value.is_contiguous() \
+                    and value.numel() * value.element_size() == view.nbytes:
+                if same_stream is None:
+                    same_stream = torch.cuda.current_stream(value.device).cuda_stream == stream.ptr
+                if same_stream:
+                    ptr = value.data_ptr()
             if ptr is None:
                 self._write_device(view, value)
-            else:
-                self.rt.copy(view.data.ptr, ptr, view.nbytes, stream)
-
-    def _device_pointer(self, value, view, stream) -> int | None:
-        """The address of a contiguous device array whose pending writes are ordered
-        before ``stream``'s work, or None (then DLPack decides)."""
-        if isinstance(value, self.cp.ndarray):
-            ok = value.flags.c_contiguous and value.nbytes == view.nbytes and value.device.id == self.rt.index
-            return value.data.ptr if ok else None
-        torch = sys.modules.get("torch")
-        if torch is None or not isinstance(value, torch.Tensor) or not value.is_cuda:
-            return None
-        if value.get_device() != self.rt.index or not value.is_contiguous() \
-                or value.numel() * value.element_size() != view.nbytes:
-            return None
-        if torch.cuda.current_stream(value.device).cuda_stream != stream.ptr:
-            return None  # another stream: DLPack's stream handshake orders it
-        return value.data_ptr()
+            elif view.nbytes:
+                memcpy(view.data.ptr, ptr, view.nbytes, _D2D, stream.ptr)
 
     # --- outputs ------------------------------------------------------------------------
     def read_numpy(self, dtypes: Sequence[np.dtype], out: Sequence[np.ndarray] | None) -> list[np.ndarray]:
