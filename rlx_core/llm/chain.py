@@ -153,8 +153,32 @@ class ChainBuilder:
 
 @dataclass
 class SampleOpts:
-    """Flat sampling settings, llama.cpp's ``common_params_sampling`` under the original
-    RLX's names. The default is greedy decoding; :meth:`llama_defaults` gives llama.cpp's.
+    """Flat sampling settings with the meaning of llama.cpp's ``common_params_sampling``.
+    The default is greedy decoding; :meth:`llama_defaults` gives llama.cpp's.
+
+    Field names -- where llama.cpp and the original RLX (``rlx_runtime::lm::SampleOpts``)
+    agree, that name; where they differ, the one named here:
+
+    * Both: ``top_k``, ``top_p``, ``min_p``, ``top_n_sigma``, ``min_keep``,
+      ``xtc_threshold``, ``dry_multiplier``, ``dry_base``, ``dry_allowed_length``,
+      ``dry_sequence_breakers`` (token sequences here; llama.cpp takes strings),
+      ``mirostat``, ``mirostat_tau``, ``mirostat_eta``.
+    * llama.cpp's: ``xtc_probability`` (RLX: ``xtc_prob``), ``dynatemp_range`` and
+      ``dynatemp_exponent`` (RLX: ``dynamic_temp = (min, max)``, ``dynamic_temp_exponent``;
+      ``(min, max)`` is ``temperature = (min + max) / 2``, ``dynatemp_range = (max - min) / 2``),
+      ``logit_bias`` and ``seed`` (not in RLX's).
+    * The original RLX's: ``temperature`` (llama.cpp: ``temp``), ``typical_p`` (``typ_p``),
+      ``repetition_penalty`` (``penalty_repeat``), ``frequency_penalty`` (``penalty_freq``),
+      ``presence_penalty`` (``penalty_present``), ``repetition_window`` (``penalty_last_n``),
+      ``mirostat_m`` (llama.cpp fixes m = 100).
+    * Neither: ``dry_window`` is llama.cpp's ``dry_penalty_last_n``, named after
+      ``repetition_window``. RLX's ``dry_max_ngram`` is not kept (llama.cpp has no such cap).
+
+    Defaults are llama.cpp's where it has the field, except the greedy ``temperature``,
+    ``top_k``, ``top_p``, ``min_p`` (see :meth:`llama_defaults`), ``top_n_sigma = 0``
+    (llama.cpp: -1; both are off), no ``dry_sequence_breakers`` (llama.cpp's are strings)
+    and ``seed = 0`` (llama.cpp's default picks a random seed). ``min_keep`` is llama.cpp's
+    0 (the original RLX: 1).
 
     Off values: ``top_k <= 0``, ``top_p >= 1``, ``min_p <= 0``, ``typical_p >= 1``,
     ``top_n_sigma <= 0``, ``xtc_probability <= 0``, ``dry_multiplier <= 0``,

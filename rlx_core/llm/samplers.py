@@ -3,10 +3,14 @@
 The interface is llama.cpp's ``llama_sampler``: ``apply(candidates)`` changes the
 candidates in place, ``accept(token)`` records each token the sequence emits (the
 history penalties look at), ``reset()`` forgets that state, ``clone()`` copies a sampler
-with its state. A masked token is dropped from the candidates (llama.cpp sets it to
--inf); probabilities are computed in f64 (llama.cpp: f32), so results can differ from
-llama.cpp's in the last bits of a probability, never in which tokens survive except at
-an exact floating-point tie with a threshold.
+with its state. Each sampler shrinks the candidates exactly where llama.cpp shrinks its
+array, and masks to -inf where llama.cpp masks (top-n-sigma): the masked tokens stay
+candidates of probability 0, so later steps count them as llama.cpp does (XTC's
+``min_keep``, dynamic temperature's ``ln n``). Only temperature 0 drops the tokens
+llama.cpp sets to -inf; after it a single token has non-zero probability, which no later
+step can change. Probabilities are computed in f64 (llama.cpp: f32), so results can
+differ from llama.cpp's in the last bits of a probability, never in which tokens survive
+except at an exact floating-point tie with a threshold.
 
 Samplers that pick the token (greedy, dist, mirostat) are in :mod:`.selectors`; those
 driven by the token history (repetition penalties, DRY) in :mod:`.penalties`.
@@ -173,8 +177,9 @@ def nucleus(logits: np.ndarray, probs: np.ndarray, p: float, bins: int = 2048) -
     banned = low == -np.inf
     if banned:
         low = logits[logits > -np.inf].min()
-    if top == low:
-        return np.arange(min(logits.size, int(np.ceil(p * logits.size)) or 1))
+    if top == low:                                      # flat: by position among the finite ones
+        finite = np.flatnonzero(logits > -np.inf) if banned else np.arange(logits.size)
+        return finite[:_prefix_reaching(np.cumsum(probs[finite]), p) or finite.size]
     depth = (float(top) - logits.astype(np.float64)) * ((bins - 1) / (float(top) - float(low)))  # f64: tiny ranges
     if banned:
         depth[logits == -np.inf] = bins - 1             # probability 0; sorted last within the bin
@@ -215,8 +220,9 @@ class MinP(Sampler):
 
 @dataclass
 class TopNSigma(Sampler):
-    """Keep logits ``>= max - n * sigma``, with mean and (population) standard deviation
-    over the finite logits; ``n <= 0`` is a no-op."""
+    """Set logits below ``max - n * sigma`` to -inf, with the (population) standard
+    deviation over the finite logits; ``n <= 0`` is a no-op. As in llama.cpp the cut
+    tokens stay candidates (of probability 0): later steps count them."""
 
     n: float
 
@@ -229,7 +235,7 @@ class TopNSigma(Sampler):
         logits = cands.logits
         finite = logits[logits > -np.inf] if logits.min() == -np.inf else logits
         cutoff = finite.max() - self.n * finite.std(dtype=np.float64)
-        cands.keep(cands.logits >= cutoff)
+        logits[logits < cutoff] = -np.inf           # a sorted order stays sorted
 
 
 @dataclass
@@ -265,8 +271,11 @@ class TypicalP(Sampler):
 class XTC(Sampler):
     """Exclude Top Choices: with chance ``probability`` (one f32 draw from its own
     Philox stream per step with >= 2 candidates), remove every token whose probability
-    is ``>= threshold`` except the least likely of them, keeping at least ``min_keep``.
-    ``probability <= 0`` or ``threshold > 0.5`` disables it (then nothing is drawn)."""
+    is ``>= threshold`` except the least likely of them, keeping at least ``min_keep``
+    (masked candidates count, as in llama.cpp). ``probability <= 0`` or ``threshold >
+    0.5`` disables it (then nothing is drawn). A token of probability 0 is never "above"
+    the threshold: with ``threshold == 0`` llama.cpp would keep only the last -inf token
+    and select it; here the least likely token of positive probability stays."""
 
     probability: float
     threshold: float
@@ -291,7 +300,8 @@ class XTC(Sampler):
             return
         # the tokens at or above the threshold are exactly the leading run of the sorted
         # candidates; all but the least likely of them (the last of equals) go
-        above = np.flatnonzero(cands.softmax() >= self.threshold)
+        probs = cands.softmax()
+        above = np.flatnonzero((probs >= self.threshold) & (probs > 0))
         if above.size < 2 or len(cands) - (above.size - 1) < self.min_keep:
             return
         logits = cands.logits[above]

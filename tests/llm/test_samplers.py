@@ -193,7 +193,7 @@ NEG = np.array([-np.inf, 1.0, -np.inf, 2.0, -np.inf], np.float32)
     (TopK(4), [3, 1, 0, 2]),                     # -inf ties: the first positions
     (TopP(0.9), [3, 1]),
     (MinP(0.1), [1, 3]),
-    (TopNSigma(1.0), [3]),                       # sigma over the finite logits only
+    (TopNSigma(1.0), [0, 1, 2, 3, 4]),           # sigma over the finite logits only; 1 is masked
     (TypicalP(0.99), [1, 3]),
     (XTC(1.0, 0.2), [0, 1, 2, 4]),               # drops token 3 only
     (Temperature(0.5), [0, 1, 2, 3, 4]),
@@ -203,6 +203,8 @@ def test_minus_inf_logits(sampler, kept):
     cands = apply_all([sampler], NEG)
     assert cands.ids.tolist() == kept if cands.is_sorted else sorted(cands.ids.tolist()) == sorted(kept)
     assert np.isneginf(cands.logits[np.isin(cands.ids, [0, 2, 4])]).all()
+    positive = [3] if isinstance(sampler, TopNSigma) else sorted(set(kept) & {1, 3})
+    assert np.flatnonzero(probs_by_id(cands)).tolist() == positive
 
 
 @pytest.mark.parametrize("selector", [Dist, MirostatV1, MirostatV2, lambda seed: Greedy()])
