@@ -61,32 +61,50 @@ def pad(x, *, pads, mode, value):
     return np.pad(cropped, width, mode=mode)  # numpy's "reflect" and "edge" are the op's
 
 
-def wrapped_indices(kind: str, indices: np.ndarray, n: int, axis: int) -> np.ndarray:
-    """Negative indices + n, after checking every index lies in [-n, n) (the op leaves
-    others undefined; the reference refuses them so that no test relies on them)."""
-    bad = (indices < -n) | (indices >= n)
-    if bad.any():
-        raise InputError(f"{kind}: index {indices[bad].flat[0]} is out of range for axis {axis} of size {n} "
-                         f"(valid: -{n}..{n - 1}); out-of-range indices are undefined behaviour")
+def index_range_error(node, indices: np.ndarray, n: int, axis: int) -> "InputError | None":
+    """The error for the first index of ``node``'s ``indices`` outside ``[-n, n)`` (host
+    mode of the index ops), or None when all are in range. Two reductions, no copy: cheap
+    enough to run before every host gather."""
+    if indices.size == 0 or (indices.min() >= -n and indices.max() < n):
+        return None
+    bad = indices[(indices < -n) | (indices >= n)].flat[0]
+    return InputError(f"{node.label}: index {bad} is out of range for axis {axis} of size {n} "
+                      f"(valid: {-n}..{n - 1})")
+
+
+def wrapped_indices(node, indices: np.ndarray, n: int, axis: int) -> np.ndarray:
+    """Negative indices + n, after checking every index lies in [-n, n) (``InputError``
+    naming ``node`` otherwise: the host mode of the index ops)."""
+    error = index_range_error(node, indices, n, axis)
+    if error is not None:
+        raise error
     return np.where(indices < 0, indices + n, indices).astype(np.int64)
 
 
-@kernel("gather")
-def gather(table, indices, *, axis):
-    return np.take(table, wrapped_indices("gather", indices, table.shape[axis], axis), axis=axis)
+def clamped_indices(indices, n: int, xp=np):
+    """The device mode of the index ops (``rlx_core.ir.ops.movement``): negative indices
+    + n, then clamped into ``[0, n - 1]``. ``xp`` is the array namespace (numpy,
+    jax.numpy, mlx.core: each has ``where`` and ``clip``); ``n`` >= 1 (the ops refuse a
+    non-empty index tensor into an empty axis)."""
+    return xp.clip(xp.where(indices < 0, indices + n, indices), 0, n - 1)
 
 
-@kernel("gather_elements")
-def gather_elements(x, indices, *, axis):
+@kernel("gather", context=True)
+def gather(ctx, table, indices, *, axis):
+    return np.take(table, wrapped_indices(ctx.node, indices, table.shape[axis], axis), axis=axis)
+
+
+@kernel("gather_elements", context=True)
+def gather_elements(ctx, x, indices, *, axis):
     where = list(np.indices(indices.shape, sparse=True))
-    where[axis] = wrapped_indices("gather_elements", indices, x.shape[axis], axis)
+    where[axis] = wrapped_indices(ctx.node, indices, x.shape[axis], axis)
     return x[tuple(where)]
 
 
-@kernel("scatter_add")
-def scatter_add(data, indices, updates, *, axis):
+@kernel("scatter_add", context=True)
+def scatter_add(ctx, data, indices, updates, *, axis):
     out = data.copy()
-    rows = wrapped_indices("scatter_add", indices, data.shape[axis], axis)
+    rows = wrapped_indices(ctx.node, indices, data.shape[axis], axis)
     # ufunc.at adds repeated indices once each, in order (a plain += would keep only the last).
     np.add.at(np.moveaxis(out, axis, 0), rows, np.moveaxis(updates, axis, 0))
     return out

@@ -3,6 +3,8 @@ each attribute value that changes behaviour, rank 0, empty dims, negative and re
 indices, and the slice/reshape patterns that ``x[...]`` indexing produces."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..ir.dtypes import DType
 from .cases import Case, spec
 
@@ -138,3 +140,30 @@ def cases():
     yield from _concat_split_expand_cases()
     yield from _pad_cases()
     yield from _gather_scatter_cases()
+
+
+def _bad_indices(dtype: DType) -> list[int]:
+    """Out-of-range indices into an axis of size 5 (among valid ones): one past each end,
+    far past both ends, and the extremes of ``dtype`` (2**62 hung rlx-cpu's numpy wrap)."""
+    info = np.iinfo(dtype.np)
+    big = 2**62 if dtype is DType.I64 else 10**9
+    return [1, 5, -6, big, -big, int(info.min), int(info.max), -1]
+
+
+def out_of_range_cases():
+    """The index kinds with indices outside ``[-n, n)`` (input ``i``; n = 5). The
+    reference refuses them, so these are not in ``cases()``: ``ConformanceSuite.
+    test_index_out_of_range`` checks them against the ops' two modes (``InputError`` or
+    the clamp). The data are small integers, so every clamped result is exact."""
+    for dt in INDEX_DTYPES:
+        bad = _bad_indices(dt)
+        data = spec((2, 5, 3), F32, "int")
+        yield Case(f"gather/out-of-range/{dt.value}", "gather", F32,
+                   {"t": data, "i": spec((2, 4), dt, "values", values=bad)}, lambda g, t, i: g.gather(t, i, 1))
+        yield Case(f"gather_elements/out-of-range/{dt.value}", "gather_elements", F32,
+                   {"x": data, "i": spec((2, 4, 3), dt, "values", values=(bad * 3)[:24])},
+                   lambda g, x, i: g.gather_elements(x, i, 1))
+        yield Case(f"scatter_add/out-of-range/{dt.value}", "scatter_add", F32,
+                   {"d": data, "i": spec((8,), dt, "values", values=bad), "u": spec((2, 8, 3), F32, "int")},
+                   lambda g, d, i, u: g.scatter_add(d, i, u, axis=1))
+

@@ -52,11 +52,16 @@ def pytest_configure(config):
 
 
 def pytest_generate_tests(metafunc):
+    kinds = metafunc.config.getoption("--rlx-kinds")
+    wanted = [k.strip() for k in kinds.split(",") if k.strip()] if kinds else None
     if "rlx_case" in metafunc.fixturenames:
         from .cases import all_cases
-        kinds = metafunc.config.getoption("--rlx-kinds")
-        cases = all_cases([k.strip() for k in kinds.split(",") if k.strip()] if kinds else None)
+        cases = all_cases(wanted)
         metafunc.parametrize("rlx_case", cases, ids=[c.id for c in cases])
+    if "rlx_index_case" in metafunc.fixturenames:
+        from .cases_movement import out_of_range_cases
+        cases = [c for c in out_of_range_cases() if wanted is None or c.kind in wanted]
+        metafunc.parametrize("rlx_index_case", cases, ids=[c.id for c in cases])
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from ..runtime import Session, registry
 from .cases import Case, all_cases, build_case, make_data
 from .compare import assert_close
 
-__all__ = ["ConformanceSuite", "check_case", "Target", "resolve_target"]
+__all__ = ["ConformanceSuite", "check_case", "check_index_case", "check_index_run", "Target", "resolve_target"]
 
 
 def check_case(session: Session, case: Case, record: dict | None = None) -> None:
@@ -48,14 +48,7 @@ def check_case(session: Session, case: Case, record: dict | None = None) -> None
     g = build_case(case)
     if record is not None and (case.kind in ("input", "param") or case.kind not in g.kinds()):
         record["claimed"] = None  # exercises the runtime, not an op (e.g. a cast to its own dtype)
-    bad = unsupported_nodes(g, session.backend, registry().op_kernels(session.backend.name))
-    if bad:
-        with pytest.raises(UnsupportedOpError):
-            session.compile(g)
-        if record is not None:
-            record["outcome"] = "rejected"
-        pytest.skip(f"rejected at compile time by legalize: {bad[0][1]}")
-    compiled = session.compile(g)
+    compiled = _compile_or_skip(session, g, record)
     for variant in (0, 1):
         inputs, params = make_data(case, variant)
         expected = evaluate(g, inputs, params)
@@ -67,6 +60,71 @@ def check_case(session: Session, case: Case, record: dict | None = None) -> None
         for i, (a, e) in enumerate(zip(got, expected)):
             assert_close(np.asarray(a), e, g.output_shapes[i].dtype, case.tol,
                          what=f"{case.id} output {i} (data set {variant})")
+
+
+def _compile_or_skip(session: Session, g, record: dict | None):
+    """``g`` compiled on ``session``; a graph the backend does not claim must be rejected
+    by legalize, and then skips."""
+    bad = unsupported_nodes(g, session.backend, registry().op_kernels(session.backend.name))
+    if bad:
+        with pytest.raises(UnsupportedOpError):
+            session.compile(g)
+        if record is not None:
+            record["outcome"] = "rejected"
+        pytest.skip(f"rejected at compile time by legalize: {bad[0][1]}")
+    return session.compile(g)
+
+
+def check_index_case(session: Session, case: Case, timeout: float = 60.0) -> str:
+    """Run one of ``cases_movement.out_of_range_cases`` (index input ``i``) and return the
+    mode the backend showed: ``"host"`` (``InputError`` naming the node and a bad index)
+    or ``"device"`` (exactly the reference's result on the clamped indices). Anything
+    else fails, and so does a run that does not return within ``timeout`` s. The same
+    compiled graph must then still run valid indices right (no lock or state left held)."""
+    g = build_case(case)
+    return check_index_run(_compile_or_skip(session, g, None).run, g, case, timeout)
+
+
+def check_index_run(run, g, case: Case, timeout: float = 60.0) -> str:
+    """``check_index_case`` for ``run(inputs) -> outputs`` computing ``g`` (the case's
+    graph) some other way, e.g. a kernel emulator."""
+    from ..errors import InputError
+    from ..reference.movement import clamped_indices
+    node = next(n for n in g.nodes if n.kind == case.kind)
+    n = g.shape_of(node.inputs[0]).dims[node.attrs["axis"]]
+    inputs, _ = make_data(case)
+    result: list = []
+    worker = threading.Thread(target=lambda: result.append(_outcome(run, inputs)), daemon=True)
+    worker.start()
+    worker.join(timeout)
+    assert result, f"{case.id}: run with out-of-range indices did not return within {timeout:g} s"
+    got = result[0]
+    if isinstance(got, InputError):
+        idx = inputs["i"]
+        bad = {f"index {v} " for v in idx[(idx < -n) | (idx >= n)].tolist()}
+        assert node.label in str(got) and any(b in str(got) for b in bad), \
+            f"{case.id}: the InputError must name the node ({node.label}) and a bad index, got: {got}"
+        mode = "host"
+    elif isinstance(got, BaseException):
+        raise AssertionError(f"{case.id}: out-of-range indices must raise InputError or clamp, "
+                             f"got {type(got).__name__}: {got}") from got
+    else:
+        want = evaluate(g, {**inputs, "i": clamped_indices(inputs["i"], n)})
+        for i, (a, e) in enumerate(zip(got, want)):
+            np.testing.assert_array_equal(np.asarray(a), e, err_msg=f"{case.id} output {i}: neither InputError "
+                                          "nor the device mode's clamp (rlx_core.ir.ops.movement)")
+        mode = "device"
+    valid = {**inputs, "i": (inputs["i"] % n).astype(inputs["i"].dtype)}
+    for i, (a, e) in enumerate(zip(run(valid), evaluate(g, valid))):
+        np.testing.assert_array_equal(np.asarray(a), e, err_msg=f"{case.id} output {i}, valid indices after")
+    return mode
+
+
+def _outcome(run, inputs):
+    try:
+        return run(inputs)
+    except BaseException as e:  # noqa: BLE001  (judged by the caller, on its thread)
+        return e
 
 
 def _strided(a: np.ndarray) -> np.ndarray:
@@ -212,6 +270,11 @@ class ConformanceSuite:
             check_case(rlx_target.session, rlx_case, rec)
         finally:
             _record(request, rec)
+
+    def test_index_out_of_range(self, rlx_target, rlx_index_case):
+        """Indices outside [-n, n): InputError (host mode) or the clamp (device mode); see
+        ``rlx_core.ir.ops.movement``."""
+        check_index_case(rlx_target.session, rlx_index_case)
 
     def test_declares_its_contract(self, rlx_target):
         """name, device, supported_ops (kinds that exist, DType members) and capabilities."""

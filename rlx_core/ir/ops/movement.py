@@ -3,9 +3,21 @@
 These kinds move elements without arithmetic (``scatter_add`` aside), so every kind
 accepts every dtype. The index-taking kinds (``gather``, ``gather_elements``,
 ``scatter_add``) take i32 or i64 indices; a negative index ``i`` means ``i + n`` (``n`` =
-size of the indexed axis), as in ONNX. An index outside ``[-n, n)`` is undefined: a
-backend may return anything or fail. The reference interpreter raises ``InputError``
-for one, so no conformance case can come to depend on it.
+size of the indexed axis), as in ONNX, so the valid indices are ``[-n, n)``. A
+non-empty index tensor into an empty axis (n = 0) is refused when the node is built.
+An index outside ``[-n, n)`` at run time is handled in one of two modes:
+
+* host mode -- the reference interpreter and backends that see the indices on the host
+  (rlx-cpu): ``InputError`` naming the node, the index and the axis size; the compiled
+  graph stays usable.
+* device mode -- backends where checking would cost a device synchronization (cuda,
+  tpu, rocm, mlx, wgpu, metal): the wrapped index is clamped into ``[0, n - 1]``, i.e.
+  ``min(max(i + n if i < 0 else i, 0), n - 1)`` (``rlx_core.reference.movement.
+  clamped_indices``): a gather reads row 0 or row n-1, a ``scatter_add`` adds into it.
+  Never an out-of-bounds access, a hang or a backend-specific answer.
+
+The conformance suite (``ConformanceSuite.test_index_out_of_range``) accepts exactly
+these two outcomes.
 
 The helpers ``squeeze``, ``unsqueeze``, ``flatten`` and ``getitem`` (``x[1:, None, ..., 0]``)
 lower to these kinds and add none of their own.
@@ -201,6 +213,7 @@ def gather(a, table, indices):
     See the module docstring for negative and out-of-range indices."""
     expect_dtype("gather indices", indices, INDEX_DTYPES)
     a.axis = normalize_axis(a.axis, table.rank, "gather axis")
+    _expect_indexable("gather", table, indices, a.axis)
     return table.with_dims(table.dims[:a.axis] + indices.dims + table.dims[a.axis + 1:])
 
 
@@ -212,6 +225,7 @@ def gather_elements(a, x, indices):
     for negative and out-of-range indices."""
     expect_dtype("gather_elements indices", indices, INDEX_DTYPES)
     a.axis = normalize_axis(a.axis, x.rank, "gather_elements axis")
+    _expect_indexable("gather_elements", x, indices, a.axis)
     if indices.rank != x.rank or any(i != a.axis and d > e for i, (d, e) in enumerate(zip(indices.dims, x.dims))):
         raise ShapeError(f"gather_elements indices {list(indices.dims)} must have the rank of x {list(x.dims)} "
                          f"and no larger size on any axis but {a.axis}")
@@ -230,11 +244,20 @@ def scatter_add(a, data, indices, updates):
     a.axis = normalize_axis(a.axis, data.rank, "scatter_add axis")
     if indices.rank != 1:
         raise ShapeError(f"scatter_add indices must be 1-D, got {list(indices.dims)}")
+    _expect_indexable("scatter_add", data, indices, a.axis)
     want = data.dims[:a.axis] + indices.dims + data.dims[a.axis + 1:]
     if updates.dims != want:
         raise ShapeError(f"scatter_add updates must have dims {list(want)} (data {list(data.dims)} with "
                          f"axis {a.axis} of size len(indices)), got {list(updates.dims)}")
     return data
+
+
+def _expect_indexable(kind: str, x: Shape, indices: Shape, axis: int) -> None:
+    """Indices into an empty axis are all out of range, whatever their values: refused
+    here, so that no backend has to invent a row to read."""
+    if x.dims[axis] == 0 and indices.size:
+        raise ShapeError(f"{kind} indexes axis {axis} of {list(x.dims)}, which is empty, with "
+                         f"{indices.size} indices: every one would be out of range")
 
 
 # --- builders --------------------------------------------------------------------------

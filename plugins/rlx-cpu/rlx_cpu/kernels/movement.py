@@ -5,6 +5,7 @@ import numpy as np
 
 from rlx_core import DType
 from rlx_core.reference.elementwise import cast_array
+from rlx_core.reference.movement import index_range_error
 
 from ..plan import view_function
 from . import Bound, Call, kernel
@@ -29,8 +30,16 @@ def concat_step(b: Bound):
 
 @kernel("gather")
 def gather_step(b: Bound):
-    # mode="wrap" maps -n..-1 to n-1..0 as the op defines (other indices are undefined).
-    return Call(np.take, (b.ins[0], b.ins[1]), {"axis": b.node.attrs["axis"], "out": b.outs[0], "mode": "wrap"})
+    """Host mode of the index ops: indices outside [-n, n) raise ``InputError``. They are
+    checked first because numpy's mode="wrap" (which maps -n..-1 to n-1..0, as the op
+    defines) wraps by repeated subtraction: an index of 2**62 would never return."""
+    table, indices, axis = b.ins[0], b.ins[1], b.node.attrs["axis"]
+
+    def check():
+        error = index_range_error(b.node, indices, table.shape[axis], axis)
+        if error is not None:
+            raise error
+    return [Call(check), Call(np.take, (table, indices), {"axis": axis, "out": b.outs[0], "mode": "wrap"})]
 
 
 @kernel("pad")

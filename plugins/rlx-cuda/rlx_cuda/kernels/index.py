@@ -4,8 +4,9 @@ im2col (the gather side of convolution), col2im (transposed convolution), rope.
 All run one thread per output element in a grid-stride loop, except scatter_add,
 which runs one thread per (outer, inner) column and walks the indices in order, so
 repeated indices accumulate in order and the result is deterministic (no atomics).
-Out-of-range indices are undefined by the ops; here they are clamped into range so
-that a bad index never becomes an out-of-bounds memory access.
+Indices outside ``[-n, n)`` follow the index ops' device mode (``rlx_core.ir.ops.movement``):
+wrapped once, then clamped into ``[0, n - 1]`` (``rlx_wrap``), for the gathers and
+scatter_add alike, so that a bad index never becomes an out-of-bounds memory access.
 """
 from __future__ import annotations
 

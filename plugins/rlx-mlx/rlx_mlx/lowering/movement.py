@@ -1,7 +1,8 @@
 """Lowerings of the movement family (definitions: ``rlx_core.ir.ops.movement``).
 
-Indices outside ``[-n, n)`` are undefined by the ops; here they are clamped (gathers)
-or dropped (``scatter_add``), never read out of bounds.
+Indices outside ``[-n, n)`` follow the index ops' device mode: clamped into
+``[0, n - 1]`` after wrapping, for gathers and ``scatter_add`` alike (a host check
+would cost a device sync).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 
 from rlx_core.ir import DType
-from rlx_core.reference.movement import pad_crop_and_width
+from rlx_core.reference.movement import clamped_indices, pad_crop_and_width
 
 from . import from_numpy, lowering, np_dtype
 
@@ -87,10 +88,8 @@ def pad(x, *, pads, mode, value):
 
 
 def _wrapped(indices, n: int):
-    """Negative indices + n (the op's meaning), clamped into ``[0, n)``, as i32."""
-    indices = indices.astype(mx.int64)
-    indices = mx.where(indices < 0, indices + n, indices)
-    return mx.clip(indices, 0, max(n - 1, 0)).astype(mx.int32)
+    """The index ops' device mode (``clamped_indices``), computed in i64, as i32."""
+    return clamped_indices(indices.astype(mx.int64), n, mx).astype(mx.int32)
 
 
 @lowering("gather", low_float=True)
@@ -120,15 +119,8 @@ def _scatter_check(node, device):
 def scatter_add(data, indices, updates, *, axis):
     if 0 in updates.shape or 0 in data.shape:
         return data
-    n = data.shape[axis]
-    rows = indices.astype(mx.int64)
-    rows = mx.where(rows < 0, rows + n, rows)
-    inside = mx.logical_and(rows >= 0, rows < n)
+    rows = _wrapped(indices, data.shape[axis])
     moved, moved_updates = mx.moveaxis(data, axis, 0), mx.moveaxis(updates, axis, 0)
-    # Out-of-range rows are dropped: they add nothing (0 / False) to row 0.
-    keep = inside.reshape((-1,) + (1,) * (moved_updates.ndim - 1))
-    moved_updates = mx.where(keep, moved_updates, mx.zeros_like(moved_updates))
-    rows = mx.where(inside, rows, 0).astype(mx.int32)
     if data.dtype == mx.bool_:  # + on bool is logical or
         out = moved.at[rows].maximum(moved_updates)
     else:  # repeated indices accumulate

@@ -188,8 +188,9 @@ def frame(k: KernelContext) -> None:
 
 
 def _wrapped(var: str, expr: str, n: int) -> str:
-    """A statement reading index ``expr`` into ``var``, + n when negative, clamped (an
-    out-of-range index is undefined; clamping keeps the kernel inside its buffer)."""
+    """A statement reading index ``expr`` into ``var``, + n when negative, clamped into
+    ``[0, n - 1]``: the index ops' device mode (``rlx_core.ir.ops.movement``), for
+    gathers and scatter_add alike."""
     hi = max(n - 1, 0)
     return (f"    long {var} = (long)({expr}); if ({var} < 0) {var} += {n}; "
             f"{var} = {var} < 0 ? 0 : ({var} > {hi} ? {hi} : {var});")
@@ -255,7 +256,7 @@ def scatter_add(k: KernelContext) -> None:
     acc_dt = dt
     lines.append(f"    {t} acc = {load(dt, 'data', 'i')};")
     lines.append(f"    for ({idx} j = 0; j < {m}; j++) {{")
-    lines.append(f"      long r = (long)ind[j]; if (r < 0) r += {data.dims[axis]};")
+    lines.append("  " + _wrapped("r", "ind[j]", data.dims[axis]))
     lines.append(f"      if (r == (long)c{axis}) {{")
     u = load(dt, "upd", _offset(local, ust))
     if dt is DType.BOOL:

@@ -1,7 +1,8 @@
 """Lowerings of the movement family (definitions: ``rlx_core.ir.ops.movement``).
 
-Indices outside ``[-n, n)`` are undefined by the op; here they are clamped (gather)
-or dropped (scatter_add), never an error -- XLA programs cannot raise.
+Indices outside ``[-n, n)`` follow the index ops' device mode: clamped into
+``[0, n - 1]`` after wrapping, for gathers and ``scatter_add`` alike (XLA programs
+cannot raise, and a host check would cost a device sync).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 from jax import lax
 
 from rlx_core.ir import DType
-from rlx_core.reference.movement import pad_crop_and_width
+from rlx_core.reference.movement import clamped_indices, pad_crop_and_width
 from rlx_core.reference.elementwise import cast_array
 
 from . import lowering
@@ -61,9 +62,8 @@ def pad(x, *, pads, mode, value):
 
 
 def _wrapped(indices, n: int):
-    """Negative indices + n (the op's meaning), as i64."""
-    indices = indices.astype(np.int64)
-    return jnp.where(indices < 0, indices + n, indices)
+    """The index ops' device mode (``clamped_indices``), computed in i64."""
+    return clamped_indices(indices.astype(np.int64), n, jnp)
 
 
 @lowering("gather", low_float=True)
@@ -83,7 +83,7 @@ def scatter_add(data, indices, updates, *, axis):
     rows = _wrapped(indices, data.shape[axis])
     moved, moved_updates = jnp.moveaxis(data, axis, 0), jnp.moveaxis(updates, axis, 0)
     if data.dtype == np.bool_:  # + on bool is logical or
-        out = moved.at[rows].max(moved_updates, mode="drop")
+        out = moved.at[rows].max(moved_updates, mode="clip")
     else:  # repeated indices accumulate
-        out = moved.at[rows].add(moved_updates, mode="drop")
+        out = moved.at[rows].add(moved_updates, mode="clip")
     return jnp.moveaxis(out, 0, axis)
