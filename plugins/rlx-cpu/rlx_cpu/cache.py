@@ -12,32 +12,34 @@ numba or an edited kernel starts a fresh directory and stale machine code is nev
 loaded. Files are written atomically (temp file + rename). A corrupt file is never
 fatal: a source that does not match what we would write is rewritten, unreadable
 decisions are measured again, and a numba cache entry that fails to load is deleted
-and the kernel compiled again (see ``rlx_cpu.jit``). If the cache directory cannot be
-written, a private temporary directory takes its place (with a warning).
+and the kernel compiled again (see ``rlx_cpu.jit``).
+
+Trust (``rlx_core.runtime.safefs``): the folders are created 0700 and files 0600. A
+folder that others could write (or a link, or one owned by someone else), or one that
+cannot be written, is not used: a private temporary folder, removed at exit, takes its
+place (one warning), so kernels are compiled for this process only. Kernel modules are
+compiled from the source text in hand, never from a ``.pyc``; numba's index and code
+files are checked before numba reads them (``rlx_cpu.jit``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
-import os
 import tempfile
 import threading
 from pathlib import Path
 
-__all__ = ["cache_root", "kernel_dir", "write_atomic", "ensure_source", "Decisions"]
+from rlx_core.runtime.safefs import (UntrustedPathError, cache_root, private_dir, private_temp_dir, read_trusted,
+                                     write_atomic)
+
+__all__ = ["cache_root", "kernel_dir", "ensure_source", "Decisions"]
 
 log = logging.getLogger("rlx.cpu")
 
 _JIT_SOURCES = ("fastmath.py", "scalar.py", "library.py")  # what compiled kernels depend on
 _dir_lock = threading.Lock()
 _dirs: dict[Path, Path] = {}
-
-
-def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/rlx`` (``~/.cache/rlx`` when the variable is unset or empty)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rlx"
 
 
 def _tag() -> str:
@@ -59,29 +61,21 @@ def kernel_dir() -> Path:
 
 
 def _usable_dir(wanted: Path) -> Path:
+    """``wanted`` (and numba's ``__pycache__`` in it) if trusted and writable, else a
+    private temporary folder for this process."""
     try:
-        wanted.mkdir(parents=True, exist_ok=True)
-        probe = wanted / f".probe{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
+        private_dir(wanted)
+        private_dir(wanted / "__pycache__")
+        tempfile.TemporaryFile(dir=wanted).close()  # writable (a read-only mount passes every other check)
         return wanted
+    except UntrustedPathError as e:
+        why = f"not using the kernel cache: {e}"
     except OSError as e:
-        fallback = Path(tempfile.mkdtemp(prefix="rlx-cpu-"))
-        log.warning("rlx-cpu: cannot write the kernel cache %s (%s); using %s for this process",
-                    wanted, e, fallback)
-        return fallback
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that readers see the old or the new file, never half."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        why = f"cannot write the kernel cache {wanted} ({e})"
+    fallback = private_temp_dir("rlx-cpu-")
+    private_dir(fallback / "__pycache__")
+    log.warning("rlx-cpu: %s; compiling into %s for this process only (removed at exit)", why, fallback)
+    return fallback
 
 
 def ensure_source(name: str, text: str) -> Path:
@@ -113,8 +107,8 @@ class Decisions:
 
     def _read(self) -> dict[str, str]:
         try:
-            data = json.loads(self._path().read_text())
-        except (OSError, ValueError):
+            data = json.loads(read_trusted(self._path()))
+        except (OSError, ValueError):  # missing, untrusted (UntrustedPathError is an OSError), corrupt
             return {}
         return data if isinstance(data, dict) else {}
 

@@ -5,14 +5,23 @@ Kernel modules -- the hand-written ``library.py`` and the generated fused kernel
 there, so that numba's ``cache=True`` keeps their machine code under
 ``$XDG_CACHE_HOME/rlx`` and a second process loads instead of compiling.
 
+What is executed is the source text in hand, compiled here: Python's ``.pyc`` files are
+neither read nor written, so a planted or corrupt one in the cache has no effect. Before
+numba reads its index (a pickle) and code files of a module, each must be a trusted file
+(``rlx_core.runtime.safefs``: not a link, owned by this user, writable by nobody else)
+in a trusted folder; an untrusted file is deleted and the kernel compiled again, an
+untrusted folder (say a world-writable ``NUMBA_CACHE_DIR``) is not used at all. Files
+numba writes are made 0600 whatever the umask.
+
 Importing this package imports numba (about 0.3 s); ``plugin.py`` never does.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import logging
+import os
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -20,8 +29,10 @@ from types import ModuleType
 from typing import Callable
 
 import numba
+from numba.core.caching import NullCache
+from rlx_core.runtime.safefs import file_problem, private_dir
 
-from ..cache import ensure_source, kernel_dir
+from ..cache import ensure_source
 
 __all__ = ["library", "generated_kernel", "specialize", "is_compiled", "warm_up"]
 
@@ -32,18 +43,73 @@ _entry_points: set[int] = set()  # ids of compiled entry points (they live as lo
 
 
 def _load(stem: str, source: str) -> ModuleType:
-    """Import ``source`` from ``kernel_dir()/<stem>.py`` (once per process)."""
+    """The module of ``source``, kept as ``kernel_dir()/<stem>.py`` (once per process)."""
     with _lock:
         path = ensure_source(f"{stem}.py", source)
         module = _modules.get(path)
         if module is None:
             name = f"_rlx_cpu_kernels.{path.parent.name}.{stem}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
+            module = ModuleType(name)
+            module.__file__ = str(path)  # numba keys its cache on the file next to its __pycache__
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            exec(compile(source, str(path), "exec"), module.__dict__)
+            _check_numba_cache(module)
             _modules[path] = module
         return module
+
+
+def _own_dispatchers(module: ModuleType) -> list:
+    return [v for v in vars(module).values()
+            if isinstance(v, numba.core.dispatcher.Dispatcher) and v.py_func.__module__ == module.__name__]
+
+
+def _check_numba_cache(module: ModuleType) -> None:
+    """Before numba reads anything of ``module`` from disk: drop untrusted files, and
+    switch caching off for a folder that is not trusted (compiled in memory)."""
+    refused: dict[str, str] = {}
+    for dispatcher in _own_dispatchers(module):
+        folder = dispatcher._cache.cache_path
+        if folder is None:  # not cached (NullCache)
+            continue
+        if folder not in refused:
+            try:
+                private_dir(folder)
+                refused[folder] = ""
+            except OSError as e:
+                refused[folder] = str(e)
+                log.warning("rlx-cpu: not using numba's cache folder (%s); compiling %s in memory", e, module.__name__)
+        if refused[folder]:
+            dispatcher._cache = NullCache()
+            continue
+        for f in _cache_files(dispatcher):
+            try:
+                problem = file_problem(f)
+            except FileNotFoundError:
+                continue
+            if problem:
+                log.warning("rlx-cpu: deleted numba cache file %s, which %s; compiling again", f, problem)
+                f.unlink(missing_ok=True)
+
+
+def _cache_files(dispatcher) -> list[Path]:
+    """numba's index and code files for the module defining ``dispatcher``."""
+    folder = dispatcher._cache.cache_path
+    if folder is None:
+        return []
+    stem = Path(dispatcher.py_func.__code__.co_filename).stem
+    return list(Path(folder).glob(f"{stem}.*.nb[ic]"))
+
+
+def _restrict(dispatcher) -> None:
+    """Make the cache files numba just wrote 0600 (it creates them with the umask)."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for f in _cache_files(dispatcher):
+        try:
+            st = os.lstat(f)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == uid and st.st_mode & 0o077:
+                os.chmod(f, 0o600)
+        except OSError:
+            pass  # replaced or removed by another process meanwhile
 
 
 def library() -> ModuleType:
@@ -67,6 +133,7 @@ def specialize(dispatcher, *args) -> Callable:
     """
     signature = tuple(numba.typeof(a) for a in args)
     with _lock:
+        misses = sum(dispatcher.stats.cache_misses.values())
         try:
             dispatcher.compile(signature)
         except numba.core.errors.TypingError:
@@ -77,6 +144,8 @@ def specialize(dispatcher, *args) -> Callable:
             log.warning("rlx-cpu: dropped a numba cache entry of %s that failed to load (%s: %s)",
                         dispatcher.py_func.__module__, type(e).__name__, e)
             dispatcher.compile(signature)
+        if sum(dispatcher.stats.cache_misses.values()) > misses:
+            _restrict(dispatcher)
     entry = dispatcher.overloads[signature].entry_point
     _entry_points.add(id(entry))
     return entry
@@ -88,13 +157,13 @@ def is_compiled(fn) -> bool:
 
 
 def _purge_cache(dispatcher) -> bool:
-    """Delete numba's cache files for the module defining ``dispatcher``; True if any."""
-    source = Path(dispatcher.py_func.__code__.co_filename)
-    removed = False
-    for f in (source.parent / "__pycache__").glob(f"{source.stem}.*.nb[ic]"):
+    """Delete numba's cache files for the kernel module defining ``dispatcher``; True if any."""
+    if not dispatcher.py_func.__module__.startswith("_rlx_cpu_kernels."):
+        return False
+    files = _cache_files(dispatcher)
+    for f in files:
         f.unlink(missing_ok=True)
-        removed = True
-    return removed and source.parent == kernel_dir()
+    return bool(files)
 
 
 @functools.lru_cache(maxsize=None)
