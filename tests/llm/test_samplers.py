@@ -346,6 +346,19 @@ def test_top_positions_are_the_k_largest_first_on_ties(logits, k):
     assert got.tolist() == expected
 
 
+@settings(max_examples=60, deadline=None)
+@given(vocab=st.integers(4097, 20_000), finite=st.lists(st.tuples(st.integers(0, 20_000), st.floats(-5, 5, width=32)),
+                                                        max_size=300), k=st.integers(1, 400))
+def test_top_positions_of_a_mostly_masked_vocabulary(vocab, finite, k):
+    """Large vocabularies that top-n-sigma left mostly -inf: the k largest, ties (the
+    masked tokens among them) by position."""
+    logits = np.full(vocab, -np.inf, np.float32)
+    for position, value in finite:
+        logits[position % vocab] = value
+    order = np.lexsort((np.arange(vocab), -logits.astype(np.float64)))
+    assert top_positions(logits, k).tolist() == order[:k].tolist()
+
+
 def test_top_positions_large_vocab_matches_torch_topk():
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(4)
