@@ -6,22 +6,22 @@
 SHA-256 of its payload and the payload: the binary ``clGetProgramInfo(CL_PROGRAM_BINARIES)``
 returned for that device (device code on a GPU driver, LLVM bitcode on PoCL).
 
-Loading a binary runs it, so the directory is trusted only when it is ours: created with
-mode 0700, it must be a real directory (not a symlink) owned by this user and not
-accessible to the group or others; each file must be a regular file owned by this user
-and writable by nobody else. Otherwise the cache is not read (a warning says why) and
-programs are compiled from source. Files are written atomically (temporary file +
-rename); a corrupt file, or a binary the driver refuses, is deleted and rebuilt.
+Loading a binary runs it, so the directory and each file are used only when trusted
+(``rlx_core.runtime.safefs``): the directory is created 0700 and must be a real directory
+owned by this user that nobody else may write, in folders nobody else may swap; a file
+must be a regular file (not a link) owned by this user and writable by nobody else.
+Otherwise the cache is not read (a warning says why) and programs are compiled from
+source. Files are written atomically (0600 temporary file + rename); a corrupt file, or
+a binary the driver refuses, is deleted and rebuilt.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import stat
-import tempfile
 import threading
 from pathlib import Path
+
+from rlx_core.runtime.safefs import UntrustedPathError, cache_root, private_dir, read_trusted, write_atomic
 
 __all__ = ["cache_dir", "program_key", "load_binary", "store_binary", "MAGIC"]
 
@@ -31,48 +31,21 @@ _lock = threading.Lock()
 _checked: dict[Path, "Path | None"] = {}
 
 
-def _root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rlx" / "rocm"
-
-
-def _owned_private(st: os.stat_result, directory: bool) -> str | None:
-    """Why a file or directory with status ``st`` is not to be trusted, or None."""
-    if directory and not stat.S_ISDIR(st.st_mode):
-        return "is not a directory"
-    if not directory and not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        return f"is owned by uid {st.st_uid}, not by this user ({os.getuid()})"
-    mask = 0o077 if directory else 0o022
-    if st.st_mode & mask:
-        return f"has mode {stat.S_IMODE(st.st_mode):o} (group/others may {'enter' if directory else 'write'})"
-    return None
-
-
 def cache_dir() -> Path | None:
     """The cache directory, created 0700 on first use; None when it cannot be trusted or
     written (programs are then compiled from source every time)."""
-    path = _root()
+    path = cache_root() / "rocm"
     with _lock:
-        if path in _checked:
-            return _checked[path]
-        result = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+        if path not in _checked:
             try:
-                path.mkdir(mode=0o700)
-            except FileExistsError:
-                pass
-            why = _owned_private(os.lstat(path), directory=True)
-            if why:
-                log.warning("rlx-rocm: not using the program cache %s: it %s", path, why)
-            else:
-                result = path
-        except OSError as e:
-            log.warning("rlx-rocm: cannot create the program cache %s (%s); compiling from source", path, e)
-        _checked[path] = result
-        return result
+                _checked[path] = private_dir(path)
+            except UntrustedPathError as e:
+                log.warning("rlx-rocm: not using the program cache: %s", e)
+                _checked[path] = None
+            except OSError as e:
+                log.warning("rlx-rocm: cannot create the program cache %s (%s); compiling from source", path, e)
+                _checked[path] = None
+        return _checked[path]
 
 
 def forget_checks() -> None:
@@ -96,18 +69,15 @@ def load_binary(key: str) -> bytes | None:
         return None
     path = directory / f"{key}.bin"
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        data = read_trusted(path)
     except FileNotFoundError:
+        return None
+    except UntrustedPathError as e:
+        log.warning("rlx-rocm: ignoring cached program: %s", e)
         return None
     except OSError as e:
         log.warning("rlx-rocm: cannot open cached program %s (%s)", path, e)
         return None
-    with os.fdopen(fd, "rb") as f:
-        why = _owned_private(os.fstat(f.fileno()), directory=False)
-        if why:
-            log.warning("rlx-rocm: ignoring cached program %s: it %s", path, why)
-            return None
-        data = f.read()
     header_end = len(MAGIC) + 65
     if not data.startswith(MAGIC) or len(data) < header_end or \
             hashlib.sha256(data[header_end:]).hexdigest().encode() != data[len(MAGIC):header_end - 1]:
@@ -123,14 +93,7 @@ def store_binary(key: str, binary: bytes) -> None:
         return
     payload = MAGIC + hashlib.sha256(binary).hexdigest().encode() + b"\n" + binary
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{key}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(payload)
-            os.replace(tmp, directory / f"{key}.bin")
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_atomic(directory / f"{key}.bin", payload)
     except OSError as e:
         log.warning("rlx-rocm: cannot write to the program cache %s (%s)", directory, e)
 

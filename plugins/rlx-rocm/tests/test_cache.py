@@ -44,10 +44,20 @@ def test_files_others_may_write_are_not_loaded(cache_home):
 
 
 @pytest.mark.no_platform
-def test_a_directory_others_may_enter_is_not_used(cache_home):
+def test_a_linked_binary_is_not_loaded(cache_home, tmp_path):
+    cache.store_binary("k5", b"payload")
+    path = cache.cache_dir() / "k5.bin"
+    (tmp_path / "planted.bin").write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(tmp_path / "planted.bin")
+    assert cache.load_binary("k5") is None
+
+
+@pytest.mark.no_platform
+def test_a_directory_others_may_write_is_not_used(cache_home):
     d = cache_home / "rlx" / "rocm"
     d.mkdir(parents=True)
-    os.chmod(d, 0o755)
+    os.chmod(d, 0o775)
     assert cache.cache_dir() is None
     assert cache.load_binary("k4") is None
     cache.store_binary("k4", b"x")  # silently not written
