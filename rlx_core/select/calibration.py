@@ -7,11 +7,13 @@ host fingerprint (:meth:`HwSnapshot.fingerprint`). Fields: the seed's ``sgemm_gf
 ``vector_gflops``, ``transfer_bw_gbps`` (null: no bus between host and device) and what
 identifies the measurement (backend, device, fingerprint, plugin version, format).
 
-Files are written atomically (temporary file + rename). A file that does not parse,
-lacks a field, holds a non-positive figure, or was written for another format,
-fingerprint, plugin version or thread settings (``OMP_NUM_THREADS`` ...) is ignored and
-re-measured; a cache directory that cannot
-be written only costs the cache (a warning), never the run.
+Files are written atomically (0600 temporary file + rename, ``rlx_core.runtime.safefs``)
+into a folder created 0700. A file that does not parse, lacks a field, holds a figure
+that is not a finite number in :data:`PLAUSIBLE` (``Infinity`` or 1e308 GFLOP/s were not
+measured here), was written for another format, fingerprint, plugin version or thread
+settings (``OMP_NUM_THREADS`` ...), or is not a trusted file (a link, another user's, or
+writable by others) is ignored with a warning and re-measured; a cache directory that
+cannot be written or trusted only costs the cache (a warning), never the run.
 
 A plugin's figures may say ``"software": true`` (rlx-wgpu does for lavapipe, llvmpipe,
 SwiftShader, WARP: adapters that run on the host's cores); it is kept in the file so
@@ -39,7 +41,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -56,12 +57,14 @@ from ..ir.shape import Shape
 from ..runtime.backend import Backend
 from ..runtime.device import Device, parse_device
 from ..runtime.options import CompileOptions
+from ..runtime.safefs import cache_root, private_dir, read_trusted, write_atomic
 from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
            "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "measure_vector",
            "report_progress", "progress_reporter", "clear_memo", "probe_order", "thread_settings", "FORMAT_VERSION",
-           "NOMINAL_SOFTWARE", "MIN_KINDS_TIMED", "record_graph_timings", "graph_timings", "forget_graph_timings"]
+           "NOMINAL_SOFTWARE", "MIN_KINDS_TIMED", "record_graph_timings", "graph_timings", "forget_graph_timings",
+           "PLAUSIBLE", "figure_problem"]
 
 log = logging.getLogger("rlx.select.calibration")
 FORMAT_VERSION = 1
@@ -147,12 +150,12 @@ class Calibration:
         if data.get("transfer_bw_gbps") is not None:
             _check_positive("transfer_bw_gbps", data["transfer_bw_gbps"])
         for kind, value in _table(data, "kind_dispatch_ns").items():
-            _check_positive(f"kind_dispatch_ns[{kind!r}]", value)
+            _check_positive(f"kind_dispatch_ns[{kind!r}]", value, "ns")
         for kind, values in _table(data, "kind_ns_per_element").items():
             if not isinstance(values, list) or len(values) != 2:
                 raise ValueError(f"kind_ns_per_element[{kind!r}] must be [small, large], got {values!r}")
             for v in values:
-                _check_positive(f"kind_ns_per_element[{kind!r}]", v)
+                _check_positive(f"kind_ns_per_element[{kind!r}]", v, "ns")
         if data.get("software") is not None and not isinstance(data["software"], bool):
             raise ValueError(f"software must be true, false or null, got {data['software']!r}")
         sizes = data.get("kind_probe_sizes", KIND_PROBE_SIZES)
@@ -174,16 +177,32 @@ def _table(data: dict, name: str) -> dict:
     return table
 
 
-def _check_positive(name: str, value) -> None:
+# Plausible figures by unit (a field's name ends in it): 1 kFLOP/s .. 10 PFLOP/s, 1 kB/s ..
+# 1 PB/s, up to 1000 s. Anything else was not measured on a real device.
+PLAUSIBLE = {"gflops": (1e-6, 1e7), "gbps": (1e-6, 1e6), "ns": (1e-9, 1e12)}
+
+
+def figure_problem(name: str, value, unit: str | None = None) -> str | None:
+    """Why ``value`` is not a plausible figure for the field ``name`` (in ``unit``, else the
+    last ``_`` part of ``name``; see :data:`PLAUSIBLE`), or None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+        return f"{name} must be a finite positive number, got {value!r}"
+    lo, hi = PLAUSIBLE.get(unit or name.rsplit("_", 1)[-1], (0.0, math.inf))
+    if not lo <= value <= hi:
+        return f"{name} = {value!r} is outside the plausible range [{lo:g}, {hi:g}]"
+    return None
+
+
+def _check_positive(name: str, value, unit: str | None = None) -> None:
+    problem = figure_problem(name, value, unit)
+    if problem:
+        raise ValueError(problem)
 
 
 # --- where -------------------------------------------------------------------------------
 def cache_dir() -> Path:
     """``$XDG_CACHE_HOME/rlx``, or ``~/.cache/rlx``."""
-    base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return Path(base or Path.home() / ".cache") / "rlx"
+    return cache_root()
 
 
 @functools.lru_cache(maxsize=1)
@@ -236,10 +255,10 @@ def load_calibration(device: "Device | str", backend: str | None = None) -> Cali
 
 def _read_valid(path: Path, backend: str, device: Device, fingerprint: str, version: str | None):
     try:
-        text = path.read_text()
+        text = read_trusted(path)
     except FileNotFoundError:
         return None
-    except OSError as e:
+    except OSError as e:  # UntrustedPathError included
         log.warning("calibration cache %s unreadable (%s); re-measuring", path, e)
         return None
     try:
@@ -260,18 +279,9 @@ def _read_valid(path: Path, backend: str, device: Device, fingerprint: str, vers
 
 def _write_atomic(path: Path, text: str) -> bool:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    except OSError as e:
+        private_dir(path.parent)
+        write_atomic(path, text, fsync=True)
+    except OSError as e:  # cannot create, cannot write, or not trusted (UntrustedPathError)
         log.warning("could not write calibration cache %s: %s (figures kept for this process only)", path, e)
         return False
     return True

@@ -7,10 +7,12 @@ handling and the timing scaffolding are one piece of code:
 * :func:`tuning_path` -- ``$XDG_CACHE_HOME/rlx/<prefix>-<slug>.json`` (``~/.cache/rlx``
   when unset), the slug made of the parts that identify the device;
 * :func:`read_tuning` -- the cached figures, or None when the file is missing, does not
-  parse, or fails the plugin's check (corrupt or stale: measured again);
+  parse, is not a trusted file (``rlx_core.runtime.safefs``: a link, another user's,
+  writable by others) or fails the plugin's check (corrupt or stale: measured again);
 * :func:`cached_tuning` -- read the cache unless ``refresh``, else measure and write it
   atomically (a cache that cannot be written only costs the cache, never the result);
-* :func:`positive_figures` -- the usual check: each named figure a finite number > 0;
+* :func:`positive_figures` -- the usual check: each named figure a finite number in the
+  plausible range of its unit (``calibration.PLAUSIBLE``; a warning names one that is not);
 * :func:`batch_seconds` -- seconds per run of device work issued back to back;
 * :func:`roundtrip_ns`, :func:`transfer_gbps` -- the fixed cost of one complete run and the
   host <-> device copy rate of complete runs;
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import logging
 import re
 import statistics
 import time
@@ -34,11 +36,14 @@ from typing import Callable
 import numpy as np
 
 from ..ir.graph import Graph
-from .calibration import _write_atomic, cache_dir
+from ..runtime.safefs import UntrustedPathError, read_trusted
+from .calibration import _write_atomic, cache_dir, figure_problem
 
 __all__ = ["tuning_path", "read_tuning", "write_tuning", "cached_tuning", "positive_figures", "batch_seconds",
            "roundtrip_ns", "transfer_gbps", "median_seconds", "tiny_graph", "random_feeds", "matmul_graph",
            "stream_graph", "fma_chain_graph", "calibration_main"]
+
+log = logging.getLogger("rlx.select.tuning")
 
 
 def tuning_path(prefix: str, *parts, limit: int = 80) -> Path:
@@ -49,18 +54,29 @@ def tuning_path(prefix: str, *parts, limit: int = 80) -> Path:
 
 
 def positive_figures(data, keys) -> bool:
-    """Whether ``data`` is a dict whose ``keys`` all hold a finite number above zero."""
-    return isinstance(data, dict) and all(
-        isinstance(data.get(k), (int, float)) and not isinstance(data.get(k), bool) and math.isfinite(data[k])
-        and data[k] > 0 for k in keys)
+    """Whether ``data`` is a dict whose ``keys`` all hold a finite number in the plausible
+    range of their unit (the last ``_`` part of the key; see ``calibration.PLAUSIBLE``).
+    A figure outside it is named in a warning (the file is measured again)."""
+    if not isinstance(data, dict):
+        return False
+    for k in keys:
+        problem = figure_problem(k, data.get(k))
+        if problem:
+            if k in data:
+                log.warning("calibration figures rejected: %s; measuring again", problem)
+            return False
+    return True
 
 
 def read_tuning(path: Path, valid: Callable[[dict], bool]) -> dict | None:
     """The JSON object in ``path`` if ``valid(data)`` says so; None when the file is missing,
-    unreadable, not an object, or ``valid`` rejects it (or raises)."""
+    unreadable, untrusted (with a warning), not an object, or ``valid`` rejects it (or raises)."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_trusted(path))
         return data if isinstance(data, dict) and valid(data) else None
+    except UntrustedPathError as e:
+        log.warning("calibration cache not used: %s; measuring again", e)
+        return None
     except Exception:  # missing, unreadable, corrupt, stale: measured again
         return None
 

@@ -106,6 +106,9 @@ def _corrupt_cases():
         "negative figure": edit(memory_bw_gbps=-3.0),
         "zero figure": edit(roundtrip_overhead_ns=0),
         "nan figure": edit(sgemm_gflops=float("nan")),
+        "infinite figure": edit(sgemm_gflops=float("inf")),  # json writes Infinity, and reads it back
+        "implausible figure": edit(sgemm_gflops=1e308),
+        "implausible dispatch table": edit(kind_dispatch_ns={"add": 1e300}),
         "string figure": edit(vector_gflops="fast"),
         "bad kind table": edit(kind_ns_per_element={"tanh": [1.0]}),
         "bad dispatch table": edit(kind_dispatch_ns={"add": -1.0}),
