@@ -6,6 +6,7 @@ Every sharded run equals the unsharded program's (collectives only reorder sums)
 the HLO XLA compiled holds the collectives the sharding implies: the all-reduce after a
 row-parallel matmul, the all-gather of gathered outputs, none where nothing is split.
 """
+import json
 import re
 from collections import Counter
 
@@ -188,3 +189,19 @@ def test_sharding_errors_name_what_does_not_fit():
         Session("tpu", mesh=Sharding({"model": 8}, params={"fc1.w": (None, None, "model")})).compile(graph)
     with pytest.raises(ShardingError, match=r"param 'fc0.b' \[64\]: dim 0 \(64\) does not split into 128 "):
         Session("tpu", mesh=Sharding({"a": 8, "b": 16}, params={"fc0.b": (("a", "b"),)})).compile(graph)
+
+
+# --- the benchmark ----------------------------------------------------------------------
+def test_sharding_benchmark_runs_every_path_and_writes_its_results(tmp_path):
+    from pathlib import Path
+
+    from rlx_core.testing.scripts import load_script
+    bench = load_script(Path(__file__).resolve().parents[3] / "benchmarks" / "tpu_sharding_bench.py")
+    out = tmp_path / "sharding.json"
+    assert bench.main(["--seq", "8", "--d-model", "64", "--dtype", "f32", "--repeats", "2", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["devices"] == MESH and set(result["median_ms"]) == {"rlx_1", "jax_1", "rlx_dp", "jax_dp", "rlx_tp", "jax_tp"}
+    assert result["collectives"]["rlx_tp"] == result["collectives"]["jax_tp"] and \
+        result["collectives"]["rlx_tp"]["all-reduce"] >= 2  # the two row-parallel products
+    assert max(result["max_abs_diff_vs_rlx_1"].values()) < 1e-4 * result["output_scale"]
+    assert "| data parallel |" in out.with_suffix(".md").read_text()
