@@ -198,6 +198,8 @@ def test_trace_writes_a_chrome_trace(tmp_path, monkeypatch, caplog):
     with caplog.at_level(logging.INFO, logger="rlx.trace"):
         c.run({"x": np.zeros((2, 3), np.float32)})
         c.run({"x": np.zeros((2, 3), np.float32)})
+    from rlx_core.runtime.trace import flush_traces
+    flush_traces()  # the writer buffers events (written at exit, or on a size/time bound)
     events = json.loads(path.read_text())
     assert {e["name"] for e in events} >= {"%2 add", "%3 relu", "%4 neg"}
     assert len(events) == 6 and all(e["ph"] == "X" and e["dur"] >= 0 for e in events)

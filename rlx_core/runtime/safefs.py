@@ -12,7 +12,7 @@ as ssh (``StrictModes``) and pip do for their files:
   raises :class:`UntrustedPathError` for one that fails; callers then go without the
   cache (compile in memory or into a :func:`private_temp_dir`) after one warning.
 * A file is trusted when it is a regular file (not a link) owned by this user and
-  writable by nobody else: :func:`file_problem`, :func:`read_trusted`.
+  writable by nobody else: :func:`file_problem`, :func:`open_trusted`, :func:`read_trusted`.
 * Files are created 0600 and never through a link: :func:`create_exclusive`
   (``O_CREAT|O_EXCL|O_NOFOLLOW``) and :func:`write_atomic` (``mkstemp`` in the target's
   folder, then ``os.replace``: readers see the old or the new file, never half, and no
@@ -37,8 +37,8 @@ from pathlib import Path
 
 from ..errors import CacheError
 
-__all__ = ["UntrustedPathError", "cache_root", "private_dir", "file_problem", "read_trusted", "create_exclusive",
-           "write_atomic", "private_temp_dir"]
+__all__ = ["UntrustedPathError", "cache_root", "private_dir", "file_problem", "open_trusted", "read_trusted",
+           "create_exclusive", "write_atomic", "private_temp_dir"]
 
 _UID = os.getuid() if hasattr(os, "getuid") else None
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -104,25 +104,33 @@ def private_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def file_problem(path: str | os.PathLike) -> str | None:
-    """Why the file at ``path`` is not to be trusted (not looking through a link), or None;
-    ``FileNotFoundError`` when there is none."""
-    return _problem(os.lstat(path), directory=False)
+def file_problem(path: str | os.PathLike | int) -> str | None:
+    """Why the file at ``path`` (not looking through a link), or open as descriptor
+    ``path``, is not to be trusted, or None; ``FileNotFoundError`` when there is none."""
+    return _problem(os.fstat(path) if isinstance(path, int) else os.lstat(path), directory=False)
 
 
-def read_trusted(path: str | os.PathLike) -> bytes:
-    """The bytes of the trusted file at ``path``, opened without following a link:
-    ``FileNotFoundError`` when missing, :class:`UntrustedPathError` when not trusted."""
+def open_trusted(path: str | os.PathLike, writable: bool = False) -> int:
+    """A descriptor of the trusted file at ``path``, opened without following a link;
+    ``writable``: read-write, created 0600 when missing. ``FileNotFoundError`` when
+    missing (read-only), :class:`UntrustedPathError` when not trusted."""
+    flags = os.O_RDWR | os.O_CREAT if writable else os.O_RDONLY
     try:
-        fd = os.open(path, os.O_RDONLY | _FLAGS)
+        fd = os.open(path, flags | _FLAGS, 0o600)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UntrustedPathError(f"{path} is a symbolic link") from None
         raise
-    with os.fdopen(fd, "rb") as f:
-        problem = _problem(os.fstat(f.fileno()), directory=False)
-        if problem:
-            raise UntrustedPathError(f"{path} {problem}")
+    problem = file_problem(fd)
+    if problem:
+        os.close(fd)
+        raise UntrustedPathError(f"{path} {problem}")
+    return fd
+
+
+def read_trusted(path: str | os.PathLike) -> bytes:
+    """The bytes of the trusted file at ``path`` (see :func:`open_trusted`)."""
+    with os.fdopen(open_trusted(path), "rb") as f:
         return f.read()
 
 
