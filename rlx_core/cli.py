@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from .cli_gpu import cmd_gpu, setup_gpu
 from .cli_run import cmd_run, setup_run
 
 __all__ = ["main", "COMMANDS"]
@@ -265,6 +266,7 @@ COMMANDS = {
     "bench": (cmd_bench, _setup_bench),
     "demo": (cmd_demo, _setup_demo),
     "run": (cmd_run, setup_run),
+    "gpu": (cmd_gpu, setup_gpu),
 }
 
 

@@ -1,11 +1,14 @@
-"""GPU telemetry and control, filled in by plugins.
+"""GPU telemetry and control: one :class:`GpuTelemetryProvider` per device label.
 
-The core knows no GPU library. A plugin that can read its GPUs (the CUDA plugin through
-NVML, a ROCm plugin through ROCm-SMI, ...) registers a :class:`GpuTelemetryProvider`
-for its device label, typically from its entry-point module::
+Built in (each importing its library on first read only, so ``rlx_core.hw`` stays cheap):
+``cuda`` through NVML (``nvidia-ml-py``, :mod:`rlx_core.hw.nvml`), ``rocm`` through AMD
+SMI (ROCm's ``amdsmi``, :mod:`rlx_core.hw.amdsmi`), both falling back to sysfs/hwmon
+when their library or driver is absent, and ``gpu`` (Intel and other DRM GPUs) through
+sysfs/hwmon alone (:mod:`rlx_core.hw.sysfs`). A plugin may register a provider of its
+own for a label, which then replaces the built-in one::
 
     from rlx_core.hw import GpuTelemetryProvider, register_telemetry_provider
-    register_telemetry_provider(NvmlProvider())   # must not import NVML until first read
+    register_telemetry_provider(MyProvider())   # must not import its library until first read
 
 Readings are :class:`GpuThermal` records in which ``None`` means "the sensor did not
 report", never a fake 0. Control knobs (power cap, locked clocks, fan) validate their
@@ -79,6 +82,10 @@ class GpuThermal:
     fan_percent: float | None = None
     clock_mhz: float | None = None
     util_percent: float | None = None
+    mem_clock_mhz: float | None = None
+    mem_util_percent: float | None = None
+    mem_used_mib: float | None = None
+    mem_total_mib: float | None = None
 
     def power_headroom(self) -> float | None:
         """Fraction of the power cap still unused, in [0, 1]; None unless both are reported."""
@@ -108,8 +115,16 @@ class GpuTelemetryProvider(abc.ABC):
     def read(self, index: int) -> GpuThermal:
         """The current readings of GPU ``index``."""
 
+    def absence_reason(self) -> str | None:
+        """Why ``count()`` is 0 (no library, no driver, no such GPU), where known."""
+        return None
+
     def power_cap_range(self, index: int) -> tuple[float, float] | None:
         """``(min_w, max_w)`` the driver accepts, or None if it does not say."""
+        return None
+
+    def clock_range(self, index: int) -> tuple[float, float] | None:
+        """``(min_mhz, max_mhz)`` of the graphics clocks the GPU supports, or None."""
         return None
 
     def set_power_cap(self, index: int, watts: float) -> None:
@@ -129,7 +144,19 @@ class GpuTelemetryProvider(abc.ABC):
 
 
 _PROVIDERS: dict[str, GpuTelemetryProvider] = {}
+_BUILTIN: dict[str, GpuTelemetryProvider] = {}
 _LOCK = threading.Lock()
+
+
+def _builtin_providers() -> dict[str, GpuTelemetryProvider]:
+    """The core's own providers, made once (none of them loads a library here)."""
+    with _LOCK:
+        if not _BUILTIN:
+            from .amdsmi import AmdSmiProvider
+            from .nvml import NvmlProvider
+            from .sysfs import SysfsProvider
+            _BUILTIN.update(cuda=NvmlProvider(), rocm=AmdSmiProvider(), gpu=SysfsProvider("gpu"))
+        return dict(_BUILTIN)
 
 
 def register_telemetry_provider(provider: GpuTelemetryProvider) -> None:
@@ -142,16 +169,19 @@ def register_telemetry_provider(provider: GpuTelemetryProvider) -> None:
 
 
 def unregister_telemetry_provider(device: str) -> None:
+    """Remove a registered provider (the built-in one for that label, if any, serves again)."""
     with _LOCK:
         _PROVIDERS.pop(parse_device(device).label, None)
 
 
 def telemetry_providers() -> dict[str, GpuTelemetryProvider]:
-    """Device label -> provider, after making sure installed plugins have loaded."""
+    """Device label -> provider: the built-in ones, replaced by any a plugin registered
+    (after making sure installed plugins have loaded)."""
     from ..runtime.registry import registry
     registry()  # plugins register their providers when their entry points load
+    builtin = _builtin_providers()
     with _LOCK:
-        return dict(_PROVIDERS)
+        return builtin | _PROVIDERS
 
 
 def device_thermal_count(device: str) -> int:
@@ -199,11 +229,17 @@ def set_power_cap(device: str, index: int, watts: float) -> None:
 
 
 def set_locked_clocks(device: str, index: int, min_mhz: float, max_mhz: float) -> None:
-    """Lock the graphics clock to ``[min_mhz, max_mhz]`` (needs root)."""
+    """Lock the graphics clock to ``[min_mhz, max_mhz]`` (needs root). Clocks outside
+    what the GPU supports raise ThermalRangeError before the driver is asked."""
     _check_number("min clock (MHz)", min_mhz, low=0.0, open_low=True)
     _check_number("max clock (MHz)", max_mhz, low=min_mhz)
     provider = _provider(device, "clock control")
     _check_index(provider, index)
+    allowed = provider.clock_range(index)
+    if allowed is not None:
+        for what, mhz in (("min clock (MHz)", min_mhz), ("max clock (MHz)", max_mhz)):
+            if not allowed[0] <= mhz <= allowed[1]:
+                raise ThermalRangeError(f"{device}:{index} {what}", mhz, *allowed)
     provider.set_locked_clocks(index, min_mhz, max_mhz)
 
 
