@@ -36,24 +36,17 @@ def _positive(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def _index(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a GPU index >= 0, got {text!r}")
-    return value
+def _whole(minimum: int):
+    """An argparse type: a whole number >= ``minimum``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
+        return value
+    return parse
 
 
 def _percent(text: str) -> float:
@@ -74,11 +67,11 @@ def _clocks(text: str) -> tuple[float, float]:
 def setup_gpu(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="all",
                    help="which GPUs: cuda (nvidia), rocm (amd), gpu (other DRM GPUs through sysfs) or all (default)")
-    p.add_argument("--index", type=_index, default=None, help="only GPU number N of the device")
+    p.add_argument("--index", type=_whole(0), default=None, help="only GPU number N of the device")
     p.add_argument("--watch", action="store_true", help="sample until Ctrl-C (or --count samples)")
     p.add_argument("--interval", type=_positive, default=1000.0, metavar="MS",
                    help="milliseconds between samples (default 1000)")
-    p.add_argument("--count", type=_count, default=None,
+    p.add_argument("--count", type=_whole(1), default=None,
                    help="number of samples (default 1, unbounded with --watch)")
     p.add_argument("--json", action="store_true", help="JSON: one array of readings per sample (null = not reported)")
     control = p.add_argument_group("control (root only; one-shot)")
@@ -89,28 +82,16 @@ def setup_gpu(p: argparse.ArgumentParser) -> None:
     control.add_argument("--reset-fan", action="store_true", help="return the fan to automatic control")
 
 
-class _UsageError(Exception):
-    pass
-
-
 def cmd_gpu(args) -> int:
     """GPU telemetry (temperatures, power and cap, fan, clocks, utilization, memory) for
     every GPU, once or live; --power-cap/--lock-clocks/--fan and their resets change
     limits (root only)."""
-    try:
-        labels = _labels(args.device)
-        if _control_actions(args):
-            return _control(args, labels)
-        return _monitor(args, labels)
-    except _UsageError as e:
-        print(f"rlx gpu: error: {e}", file=sys.stderr)
-        return 2
-    except RlxError as e:
-        print(f"rlx gpu: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    labels = _labels(args.device)  # (rlx's main reports errors: usage 2, ThermalError kinds 1)
+    return _control(args, labels) if _control_actions(args) else _monitor(args, labels)
 
 
 def _labels(device: str) -> list[str]:
+    from .cli import _UsageError
     from .hw import telemetry_providers
     from .runtime.device import parse_device
     providers = telemetry_providers()
