@@ -4,28 +4,38 @@ an opt-in file-backed mode for histories larger than the RAM budget.
 Each layer stores K and V as rows of ``kv_dim`` values (all KV heads of one token),
 each row quantized independently in the layer's format (:mod:`.kvquant`: q8_0, q4_0,
 q5_0 or f16), rows back to back. In memory the buffers grow by doubling. With a
-``path`` the rows live in a memory-mapped file ``[K region | V region]`` of fixed
-``capacity`` rows; pages a read or an append touched are handed back to the kernel right
-away (``madvise(DONTNEED)``), so resident memory stays at about one chunk while the page
-cache -- or the disk, under memory pressure -- holds the history.
+``path`` the rows live in a file ``[K region | V region]`` of fixed ``capacity`` rows,
+written and read with ``pwrite``/``pread`` (no mapping), so resident memory stays at about
+one chunk while the page cache -- or the disk, under memory pressure -- holds the history.
 :meth:`QuantizedKVLayer.attend` streams attention over the history chunk by chunk.
+
+The file holds prompts' K/V, and other processes can reach files: it is created 0600,
+exclusively and never through a link (``O_CREAT|O_EXCL|O_NOFOLLOW``), in a folder that
+only this user may write (``rlx_core.runtime.safefs``; created 0700 when missing). A link
+or another user's file at the path is refused (:class:`UntrustedPathError`); a file of
+this user's is replaced. A file truncated underneath gives a short read, i.e. a
+:class:`CacheError`, never a SIGBUS; and every page of :data:`PAGE_ROWS` rows has a
+CRC-32 kept in memory and checked on each read, so rows changed underneath (an inf/nan
+block scale) raise a :class:`CacheError` instead of dequantizing silently.
 """
 from __future__ import annotations
 
 import math
-import mmap
 import os
+import zlib
 from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..errors import InputError, KVCacheFullError
+from ..errors import CacheError, InputError, KVCacheFullError
+from ..runtime.safefs import UntrustedPathError, create_exclusive, file_problem, private_dir
 from .kvquant import KVFormat, dequantize, kv_format, quantize
 from .validate import LLMConfigError, check_int
 
 __all__ = ["QuantizedKVLayer", "QuantizedKVCache"]
 
 _DEFAULT_CHUNK = 4096
+PAGE_ROWS = 64  # rows (per region) covered by one checksum: reads are widened to whole pages
 
 
 class _MemoryRows:
@@ -57,44 +67,116 @@ class _MemoryRows:
 
 
 class _FileRows:
-    """K and V rows in a memory-mapped file ``[K: capacity rows | V: capacity rows]``."""
+    """K and V rows in a file ``[K: capacity rows | V: capacity rows]``; see the module docstring."""
 
     def __init__(self, path: str | os.PathLike, row_bytes: int, capacity: int):
         self.row_bytes, self.capacity, self.path = row_bytes, capacity, os.fspath(path)
-        size = 2 * capacity * row_bytes
-        with open(self.path, "w+b") as f:
-            f.truncate(size)
-            self._map = mmap.mmap(f.fileno(), size)
-        self._rows = np.frombuffer(self._map, np.uint8).reshape(2, capacity, row_bytes)
+        self.size = 2 * capacity * row_bytes
+        self._fd = _create_private(self.path)
+        try:
+            os.ftruncate(self._fd, self.size)
+        except BaseException:
+            os.close(self._fd)
+            raise
+        self._crc = np.zeros((2, -(-capacity // PAGE_ROWS)), np.uint32)  # CRC-32 of each page's rows so far
+        self._written = 0
 
     def write(self, start: int, k: np.ndarray, v: np.ndarray) -> None:
-        stop = start + k.shape[0]
-        self._rows[0, start:stop] = k
-        self._rows[1, start:stop] = v
-        self._release(start, stop)
+        """Rows ``start ..`` (appended: ``start`` is the number of rows written so far)."""
+        fd = self._open_fd()
+        if os.fstat(fd).st_size < self.size:
+            raise self._truncated(os.fstat(fd).st_size)
+        for region, rows in enumerate((k, v)):
+            rows = np.ascontiguousarray(rows, np.uint8)
+            _write_at(fd, rows, (region * self.capacity + start) * self.row_bytes)
+            row = start
+            while row < start + rows.shape[0]:  # extend each page's CRC with its new rows
+                page = row // PAGE_ROWS
+                end = min(start + rows.shape[0], (page + 1) * PAGE_ROWS)
+                self._crc[region, page] = zlib.crc32(rows[row - start:end - start], int(self._crc[region, page]))
+                row = end
+        self._written = max(self._written, start + k.shape[0])
 
     def read(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        k, v = self._rows[0, start:stop].copy(), self._rows[1, start:stop].copy()
-        self._release(start, stop)
-        return k, v
-
-    def _release(self, start: int, stop: int) -> None:
-        """Drop the mapping's pages for rows [start, stop) of both regions from this
-        process (a shared file mapping keeps dirty data in the page cache)."""
-        if not hasattr(mmap, "MADV_DONTNEED"):
-            return
-        page = mmap.PAGESIZE
+        """Rows ``[start, stop)`` of K and V, each page they touch checked against its CRC."""
+        fd = self._open_fd()
+        lo, hi = start // PAGE_ROWS * PAGE_ROWS, min(-(-stop // PAGE_ROWS) * PAGE_ROWS, self._written)
+        out = []
         for region in (0, 1):
-            lo = region * self.capacity * self.row_bytes + start * self.row_bytes
-            hi = region * self.capacity * self.row_bytes + stop * self.row_bytes
-            lo, hi = -(-lo // page) * page, hi // page * page
-            if hi > lo:
-                self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            if hi <= lo:
+                out.append(np.empty((0, self.row_bytes), np.uint8))
+                continue
+            data = _read_at(fd, (hi - lo) * self.row_bytes, (region * self.capacity + lo) * self.row_bytes)
+            if len(data) < (hi - lo) * self.row_bytes:
+                raise self._truncated(os.fstat(fd).st_size)
+            rows = np.frombuffer(data, np.uint8).reshape(hi - lo, self.row_bytes)
+            for first in range(lo, hi, PAGE_ROWS):
+                page = first // PAGE_ROWS
+                if zlib.crc32(rows[first - lo:first - lo + PAGE_ROWS]) != self._crc[region, page]:
+                    last = min(first + PAGE_ROWS, self._written) - 1
+                    raise CacheError(f"quantized KV file {self.path}: {'KV'[region]} rows {first}..{last} do not "
+                                     f"match their checksum (the file was changed underneath)")
+            out.append(rows[start - lo:stop - lo])
+        return out[0], out[1]
+
+    def _open_fd(self) -> int:
+        if self._fd is None:
+            raise CacheError(f"quantized KV file {self.path} is closed")
+        return self._fd
+
+    def _truncated(self, size: int) -> CacheError:
+        return CacheError(f"quantized KV file {self.path} is {size} bytes, expected {self.size}: "
+                          f"it was truncated underneath")
 
     def close(self) -> None:
-        self._rows = None
-        self._map.flush()
-        self._map.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _create_private(path: str) -> int:
+    """A new 0600 file at ``path`` (see the module docstring); raises UntrustedPathError."""
+    folder = private_dir(os.path.dirname(os.path.abspath(path)))
+    try:
+        problem = file_problem(path)
+    except FileNotFoundError:
+        problem = None
+    else:
+        if problem:
+            raise UntrustedPathError(f"refusing the quantized KV file {path}: it {problem}")
+        os.unlink(path)  # this user's own file (a previous run's): replaced, never written through
+    try:
+        return create_exclusive(path)
+    except FileExistsError:
+        raise UntrustedPathError(f"refusing the quantized KV file {path}: something was put there while "
+                                 f"creating it in {folder}") from None
+
+
+def _read_at(fd: int, size: int, offset: int) -> bytes:
+    """``size`` bytes from ``offset`` (fewer only at the end of the file)."""
+    parts, done = [], 0
+    while done < size:
+        if hasattr(os, "pread"):
+            part = os.pread(fd, size - done, offset + done)
+        else:  # Windows: a layer is used from one thread at a time
+            os.lseek(fd, offset + done, os.SEEK_SET)
+            part = os.read(fd, size - done)
+        if not part:
+            break
+        parts.append(part)
+        done += len(part)
+    return b"".join(parts)
+
+
+def _write_at(fd: int, data: np.ndarray, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        if hasattr(os, "pwrite"):
+            written = os.pwrite(fd, view, offset)
+        else:
+            os.lseek(fd, offset, os.SEEK_SET)
+            written = os.write(fd, view)
+        view, offset = view[written:], offset + written
 
 
 class QuantizedKVLayer:
@@ -190,7 +272,7 @@ class QuantizedKVLayer:
         return (acc / total[..., None]).reshape(num_heads, head_dim).astype(np.float32)
 
     def close(self) -> None:
-        """Flush and unmap a file-backed layer (the file stays)."""
+        """Close a file-backed layer (the file stays)."""
         self._rows.close()
 
     def _as_rows(self, name: str, x) -> np.ndarray:
@@ -214,7 +296,7 @@ class QuantizedKVCache:
         if len(formats) != num_layers:
             raise LLMConfigError(f"formats must name one format or one per layer ({num_layers}), got {len(formats)}")
         if directory is not None:
-            os.makedirs(directory, exist_ok=True)
+            private_dir(directory)
         self.layers = [QuantizedKVLayer(kv_dim, fmt, capacity,
                                         None if directory is None else os.path.join(directory, f"kv_{i}.bin"))
                        for i, fmt in enumerate(formats)]

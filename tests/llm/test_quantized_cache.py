@@ -1,10 +1,20 @@
 """Quantized KV cache: per-layer formats, append/gather by token, the file-backed mode
-with a 100k-token history, and streaming attention against torch."""
+with a 100k-token history (private files, never through a link; truncation and changed
+rows raise CacheError), and streaming attention against torch."""
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from rlx_core.errors import InputError, KVCacheFullError
+from rlx_core.errors import CacheError, InputError, KVCacheFullError
 from rlx_core.llm import LLMConfigError, QuantizedKVCache, QuantizedKVLayer, dequantize, quantize
+from rlx_core.runtime.safefs import UntrustedPathError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def rows(n, kv_dim, seed=0):
@@ -131,3 +141,122 @@ def test_errors(tmp_path):
         layer.gather([2])
     with pytest.raises(InputError, match="multiple of the 2 KV heads"):
         layer.attend(np.zeros((3, 16)), 3)
+
+
+# --- the file-backed mode as an attacker or a careless neighbour process would meet it ---
+
+def _filled_layer(path, n=200, fmt="q8_0"):
+    layer = QuantizedKVLayer(64, fmt, capacity=256, path=path)
+    k, v = rows(n, 64, seed=11)
+    layer.append(k, v)
+    return layer
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes and links")
+def test_kv_files_are_private_and_never_written_through_a_link(tmp_path):
+    cache = QuantizedKVCache(2, 32, "q8_0", capacity=8, directory=tmp_path / "kv")
+    assert stat.S_IMODE(os.stat(tmp_path / "kv").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "kv" / "kv_0.bin").st_mode) == 0o600
+    cache.close()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("someone's data")
+    for planted in ("link", "dangling link", "hard link"):
+        path = tmp_path / "kv" / "kv_0.bin"
+        path.unlink()
+        if planted == "link":
+            path.symlink_to(victim)
+        elif planted == "dangling link":
+            path.symlink_to(tmp_path / "nowhere.bin")
+        else:
+            os.link(victim, path)
+        if planted == "hard link":  # this user's own file: replaced, the other name keeps its data
+            QuantizedKVCache(2, 32, "q8_0", capacity=8, directory=tmp_path / "kv").close()
+            assert os.stat(path).st_ino != os.stat(victim).st_ino
+        else:
+            with pytest.raises(UntrustedPathError, match="is a symbolic link"):
+                QuantizedKVCache(2, 32, "q8_0", capacity=8, directory=tmp_path / "kv")
+        assert victim.read_text() == "someone's data" and not (tmp_path / "nowhere.bin").exists()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX modes")
+def test_kv_files_only_in_a_folder_others_cannot_write(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(UntrustedPathError, match="group or others may write"):
+        QuantizedKVLayer(32, capacity=4, path=shared / "kv.bin")
+    with pytest.raises(CacheError):
+        QuantizedKVCache(1, 32, capacity=4, directory=shared)
+    assert list(shared.iterdir()) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to make another user's file")
+def test_another_users_kv_file_is_refused(tmp_path):
+    path = tmp_path / "kv.bin"
+    path.write_bytes(b"theirs")
+    os.chown(path, 65534, 65534)
+    with pytest.raises(UntrustedPathError, match="owned by uid 65534"):
+        QuantizedKVLayer(32, capacity=4, path=path)
+    assert path.read_bytes() == b"theirs"
+
+
+TRUNCATE = r"""
+import os, sys, numpy as np
+from rlx_core.errors import CacheError
+from rlx_core.llm import QuantizedKVLayer
+path = sys.argv[1]
+layer = QuantizedKVLayer(64, "q4_0", capacity=4096, path=path)
+rows = np.random.default_rng(0).standard_normal((4096, 64)).astype(np.float32)
+layer.append(rows, rows)
+layer.read(0, 10)
+os.truncate(path, 100)   # another process truncates the file underneath
+for what, call in (("read", lambda: layer.read(4000, 4096)), ("attend", lambda: layer.attend(rows[:2, :32], 2)),
+                   ("append", lambda: layer.append(rows[:0], rows[:0]))):
+    try:
+        call()
+        print(what, "no error")
+    except CacheError as e:
+        print(what, "CacheError", e)
+"""
+
+
+def test_kv_file_truncated_underneath_is_an_error_not_sigbus(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", TRUNCATE, str(tmp_path / "kv.bin")], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)  # -7 was SIGBUS
+    lines = proc.stdout.splitlines()
+    assert [line.split()[:2] for line in lines] == [["read", "CacheError"], ["attend", "CacheError"],
+                                                     ["append", "CacheError"]]
+    assert "is 100 bytes, expected" in lines[0] and "truncated underneath" in lines[0]
+
+
+@pytest.mark.parametrize("scale", [0x7C00, 0x7E00])  # f16 inf, nan
+def test_kv_rows_changed_underneath_fail_their_checksum(tmp_path, scale):
+    path = tmp_path / "kv.bin"
+    layer = _filled_layer(path)
+    clean_k, clean_v = layer.read()
+    row_bytes = layer.row_bytes
+    with open(path, "r+b") as f:  # the scale d of row 70's first block, in the V region
+        f.seek((256 + 70) * row_bytes)
+        f.write(scale.to_bytes(2, "little"))
+    with pytest.raises(CacheError, match=r"V rows 64\.\.127 do not match their checksum"):
+        layer.read()
+    with pytest.raises(CacheError, match="checksum"):
+        layer.gather([0, 70])
+    np.testing.assert_array_equal(layer.read(0, 64)[1], clean_v[:64])  # other pages still read
+    np.testing.assert_array_equal(layer.read(130, 200)[0], clean_k[130:200])
+    layer.close()
+    with pytest.raises(CacheError, match="closed"):
+        layer.read(0, 1)
+
+
+def test_page_checksums_follow_appends_of_any_size(tmp_path):
+    layer = QuantizedKVLayer(32, "q5_0", capacity=300, path=tmp_path / "kv.bin")
+    k, v = rows(300, 32, seed=12)
+    at = 0
+    for n in (1, 1, 62, 1, 63, 64, 100, 8):  # across and exactly onto page boundaries
+        layer.append(k[at:at + n], v[at:at + n])
+        at += n
+        np.testing.assert_array_equal(layer.read()[0], dequantize(quantize(k[:at], "q5_0"), "q5_0"))
+    for start, stop in ((0, 0), (63, 65), (64, 128), (299, 300), (5, 300)):
+        np.testing.assert_array_equal(layer.read(start, stop)[1], dequantize(quantize(v[start:stop], "q5_0"), "q5_0"))
