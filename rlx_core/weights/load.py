@@ -18,7 +18,7 @@ from .base import TensorInfo, WeightLoader, WeightsError
 
 __all__ = ["WeightMismatchError", "read_weights", "load_weights", "as_loader"]
 
-Rename = "Mapping[str, str | None] | Callable[[str], str | None] | None"
+Rename = Mapping[str, "str | None"] | Callable[[str], "str | None"] | None
 
 
 class WeightMismatchError(WeightsError, ParamError):

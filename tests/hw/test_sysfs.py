@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlx_core.hw import ThermalPermissionError, ThermalUnavailableError, ThermalUnsupportedError
+from rlx_core.hw import ThermalUnavailableError, ThermalUnsupportedError
 from rlx_core.hw.sysfs import SysfsProvider
 from rlx_core.testing.sysfs import AMDGPU_DEVICE, AMDGPU_HWMON, make_card
 
