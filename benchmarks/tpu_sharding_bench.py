@@ -65,7 +65,6 @@ def collective_counts(hlo: str) -> dict[str, int]:
 
 def run_benchmark(cfg: dict, devices: int, repeats: int) -> dict:
     import jax
-    from jax.sharding import NamedSharding, PartitionSpec
 
     import tpu_block
     from rlx_core import CompileOptions, Session, register_backends
