@@ -8,12 +8,13 @@ holds a shape that its rule disagrees with, and errors name the node being added
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import GraphError, ShapeError
+from ..errors import ArgumentTypeError, DTypeError, GraphError, ShapeError
 from .dtypes import DType
 from .node import Node, Ref, Value
 from .ops import BUILDER_MIXINS
@@ -90,6 +91,14 @@ class Graph(*BUILDER_MIXINS):
         them (default: the producing node's name, else ``output<i>``)."""
         if isinstance(values, (Value, Ref)):
             values = [values]
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise ArgumentTypeError(f"graph '{self.name}': set_outputs(values=...) takes graph values, got "
+                                    f"{type(values).__name__} {values!r}")
+        values = list(values)
+        bad = next((v for v in values if not isinstance(v, (Value, Ref, tuple))), None)
+        if bad is not None:
+            raise ArgumentTypeError(f"graph '{self.name}': set_outputs(values=...) takes graph values, got "
+                                    f"{type(bad).__name__} {bad!r} among them")
         refs = [self._ref(v) for v in values]
         if not refs:
             raise GraphError(f"graph '{self.name}': set_outputs needs at least one value")
@@ -124,9 +133,13 @@ class Graph(*BUILDER_MIXINS):
         return Value(self, self._ref(Ref(ref) if isinstance(ref, int) else ref))
 
     def as_value(self, x: Any, dtype: "DType | None" = None) -> Value:
-        """A Value for ``x``: Values pass through; numbers/arrays become constants."""
+        """A Value for ``x``: Values pass through; numbers/arrays become constants. A scalar
+        given with ``dtype`` (the dtype of the tensor it meets) must fit it: DTypeError
+        for ``None``, ``-1`` as u8, ``1.5`` as an integer, ``1e40`` as f32 ..."""
         if isinstance(x, Value):
             return self.value(self._ref(x))
+        if dtype is not None and not isinstance(x, (np.ndarray, list, tuple)):
+            return self.constant(fit_scalar(x, DType.of(dtype)))
         arr = np.asarray(x, dtype=DType.of(dtype).np if dtype is not None else None)
         if dtype is None and arr.dtype == np.float64 and not isinstance(x, np.ndarray):
             arr = arr.astype(np.float32)  # Python floats default to f32, like the rest of RLX
@@ -220,6 +233,53 @@ class Graph(*BUILDER_MIXINS):
     def from_json(cls, text: str) -> "Graph":
         from .serialize import from_json
         return from_json(text)
+
+
+def fit_scalar(x: Any, dtype: DType) -> np.ndarray:
+    """``x``, a Python or numpy scalar meeting a ``dtype`` tensor, as a 0-d array of
+    ``dtype``; DTypeError when its value does not fit: not a number, complex for a real
+    dtype, not integral or out of range for an integer dtype, not 0/1 for bool, finite but
+    beyond the float's range. (numpy would make ``None`` a NaN and wrap ``-1`` to 255.)"""
+    value = x.item() if isinstance(x, np.generic) else x
+    if not isinstance(value, (bool, int, float, complex)):
+        raise DTypeError(f"expected a number or a graph value to combine with a {dtype} tensor, "
+                         f"got {type(x).__name__} {x!r}")
+    why = _misfit(value, dtype)
+    if why:
+        raise DTypeError(f"the scalar {x!r} does not fit {dtype}, the dtype of the tensor it is combined "
+                         f"with ({why}); cast the tensor (.astype) or pass a constant of the dtype you mean")
+    return np.asarray(value.real if isinstance(value, complex) and not dtype.is_complex else value, dtype.np)
+
+
+def _misfit(value: "bool | int | float | complex", dtype: DType) -> str | None:
+    """Why ``value`` does not fit ``dtype``, or None."""
+    parts = (value,)
+    if isinstance(value, complex):
+        if dtype.is_complex:
+            parts = (value.real, value.imag)
+        elif value.imag != 0:
+            return "it has an imaginary part"
+        else:
+            value = value.real
+            parts = (value,)
+    if dtype.is_bool:
+        return None if value in (0, 1) else "bool holds 0 and 1"
+    if dtype.is_int:
+        info = np.iinfo(dtype.np)
+        if isinstance(value, float) and not value.is_integer():
+            return "not an integer"
+        return None if info.min <= value <= info.max else f"{dtype} holds {info.min}..{info.max}"
+    for part in parts:
+        if isinstance(part, float) and not math.isfinite(part):
+            continue  # inf and nan exist in every float dtype
+        try:
+            with np.errstate(over="ignore"):
+                finite = np.isfinite(np.asarray(part, dtype.real.np))
+        except OverflowError:  # an int beyond any float
+            finite = False
+        if not finite:
+            return f"beyond the range of {dtype}"
+    return None
 
 
 def subgraphs_of(node: Node) -> list[Graph]:

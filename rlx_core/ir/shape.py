@@ -10,7 +10,7 @@ import operator
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..errors import ShapeError
+from ..errors import ArgumentTypeError, ShapeError
 from .dtypes import DType
 
 __all__ = ["Shape", "broadcast_dims", "normalize_axis", "normalize_axes"]
@@ -24,6 +24,9 @@ class Shape:
     dtype: DType
 
     def __init__(self, dims: Iterable[int], dtype: "DType | str" = DType.F32):
+        if isinstance(dims, (str, bytes)) or not isinstance(dims, Iterable):
+            raise ArgumentTypeError(f"Shape(dims=...) takes a sequence of integers such as (2, 3), "
+                                    f"got {type(dims).__name__} {dims!r}")
         dims = tuple(dims)
         for d in dims:
             if isinstance(d, bool) or not hasattr(d, "__index__"):

@@ -10,10 +10,14 @@ direct calls with no loop, no dict lookup and no shape check per op.
 There is one such function per machine state (``rlx_cpu.load``: quiet or loaded),
 differing in how BLAS calls use the cores (``rlx_cpu.threads``); a run reads the state
 and calls its function. A run copies the inputs into the arena, runs that function
-and copies the outputs out; with ``out=`` arrays, the outputs are written straight
-into them (a variant of the run, built on first use with those arrays and kept for
-the next runs), so a steady-state ``run(..., out=...)`` allocates no tensor memory. Runs on one executable
-are serialized by a lock (the arena is shared state).
+and copies the outputs out. With ``out=`` arrays the outputs are copied into them, and
+once the same arrays come back the run is specialized to compute straight into them (a
+variant of the run, generated like the first and kept for the next runs), so a
+steady-state ``run(..., out=...)`` allocates no tensor memory. Generating a variant costs
+about as much as 70 plain runs, so fresh arrays on every run never pay it, and a caller
+cycling through more array sets than are kept pays it at most once per
+``_VARIANT_EVERY`` runs. Runs on one executable are serialized by a lock (the arena is
+shared state).
 
 Backend options (``CompileOptions(backend={...})``): ``arena_alignment`` (bytes, default
 64) and ``fusion`` (default on, except when tracing: a traced executable runs every
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,6 +52,7 @@ __all__ = ["CpuExecutable", "DEFAULT_ALIGNMENT"]
 DEFAULT_ALIGNMENT = 64
 BLAS_CALLS = (np.matmul,)  # calls whose use of the cores ``threads.plan_blas_call`` decides
 _OUT_VARIANTS = 4  # out= buffer sets remembered per executable
+_VARIANT_EVERY = 256  # beyond the first _OUT_VARIANTS, at most one variant generated per this many out= runs
 
 
 class CpuExecutable(ExecutableGraph):
@@ -77,6 +83,9 @@ class CpuExecutable(ExecutableGraph):
         self._runs = _Runs(self._steps_of(arrays), self._tracer)
         self._direct = self._direct_outputs()
         self._variants: OrderedDict[tuple[int, ...], tuple[list[np.ndarray], _Runs, list]] = OrderedDict()
+        # out= sets seen once (weakly: a caller's fresh arrays are not kept alive), and the budget
+        self._sightings: OrderedDict[tuple[int, ...], list[weakref.ref]] = OrderedDict()
+        self._out_runs = self._variant_builds = 0
 
     @property
     def steps(self):
@@ -137,12 +146,19 @@ class CpuExecutable(ExecutableGraph):
         return [r in produced and self.graph.outputs.count(r) == 1 for r in self.graph.outputs]
 
     def _variant(self, out: Sequence[np.ndarray]) -> tuple[_Runs, list[tuple[np.ndarray, np.ndarray]]]:
-        """The runs writing into ``out`` directly where they can, and the copies left to do."""
+        """The runs writing into ``out`` directly where they can, and the copies left to do:
+        the plain run and a copy of every output until ``out`` is seen again and the
+        generation budget allows a variant (see the module docstring)."""
         key = tuple(map(id, out))
+        self._out_runs += 1
         hit = self._variants.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], out)):
             self._variants.move_to_end(key)
             return hit[1], hit[2]
+        if not self._seen_before(key, out) or \
+                self._variant_builds >= _OUT_VARIANTS + self._out_runs // _VARIANT_EVERY:
+            return self._runs, [(o, src) for o, src in zip(out, self._outputs)]
+        self._variant_builds += 1
         direct = {r: o for r, o, ok in zip(self.graph.outputs, out, self._direct)
                   if ok and o.flags.c_contiguous and o.flags.aligned}
         buffers = {**self._buffers, **direct}
@@ -152,6 +168,17 @@ class CpuExecutable(ExecutableGraph):
         if len(self._variants) > _OUT_VARIANTS:
             self._variants.popitem(last=False)
         return runs, copies
+
+    def _seen_before(self, key: tuple[int, ...], out: Sequence[np.ndarray]) -> bool:
+        """Whether these very arrays came before (ids alone could be reused by new arrays);
+        remembers them otherwise."""
+        refs = self._sightings.pop(key, None)
+        if refs is not None and all(r() is o for r, o in zip(refs, out)):
+            return True
+        self._sightings[key] = [weakref.ref(o) for o in out]
+        if len(self._sightings) > 2 * _OUT_VARIANTS:
+            self._sightings.popitem(last=False)
+        return False
 
     # --- ExecutableGraph ------------------------------------------------------------------
     def set_param(self, name: str, value: np.ndarray) -> None:
