@@ -95,6 +95,10 @@ def private_dir(path: str | os.PathLike) -> Path:
     while not os.path.lexists(at) and at != at.parent:
         missing.append(at)
         at = at.parent
+    if missing:  # nothing is created under a folder that is not trusted
+        problem = _ancestor_problem(missing[-1])
+        if problem:
+            raise UntrustedPathError(f"{path} {problem}")
     for folder in reversed(missing):
         with contextlib.suppress(FileExistsError):  # made meanwhile: checked below like any other
             os.mkdir(folder, 0o700)

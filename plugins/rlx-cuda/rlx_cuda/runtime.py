@@ -6,19 +6,27 @@ compiled with NVRTC through ``cupy.RawModule`` (memoized in the process; CuPy ca
 the binaries on disk across processes in ``CUPY_CACHE_DIR``, which defaults here to
 ``$XDG_CACHE_HOME/rlx/cuda-kernels``), a cuBLAS handle of its own, and the helpers
 that move memory.
+
+A cached binary is code CuPy loads and runs, so the cache folder must be trusted
+(``rlx_core.runtime.safefs``: created 0700, a real folder of this user's that nobody
+else may write); otherwise CuPy keeps kernels in memory (``CUPY_CACHE_IN_MEMORY=1``)
+after one warning. CuPy itself writes its files 0600 and atomically.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import logging
 import os
 import threading
 
 import numpy as np
+from rlx_core.runtime.safefs import cache_root, private_dir
 
 from .kernels.preamble import KERNEL_NAME
 
-__all__ = ["import_cupy", "Runtime", "kernel_cache_dir", "NVRTC_OPTIONS"]
+__all__ = ["import_cupy", "Runtime", "kernel_cache_dir", "point_kernel_cache", "NVRTC_OPTIONS"]
 
 NVRTC_OPTIONS = ("-std=c++17",)
 _MEMCPY_D2D = 3
@@ -26,13 +34,28 @@ _GEMM_DEFAULT_ALGO = -1
 
 
 def kernel_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "rlx", "cuda-kernels")
+    return str(cache_root() / "cuda-kernels")
+
+
+@functools.lru_cache(maxsize=1)
+def point_kernel_cache() -> None:
+    """Point CuPy's kernel cache at ``CUPY_CACHE_DIR`` (default :func:`kernel_cache_dir`)
+    if that folder is trusted, else keep kernels in memory (one warning per process)."""
+    if os.environ.get("CUPY_CACHE_IN_MEMORY", "0") not in ("", "0"):
+        return
+    folder = os.environ.get("CUPY_CACHE_DIR") or kernel_cache_dir()
+    try:
+        private_dir(folder)
+        os.environ["CUPY_CACHE_DIR"] = folder
+    except OSError as e:  # UntrustedPathError included
+        logging.getLogger("rlx.cuda").warning("rlx-cuda: not using the kernel cache (%s); CuPy compiles kernels "
+                                              "in memory for this process", e)
+        os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
 
 
 def import_cupy():
-    """Import CuPy (pointing its kernel cache at RLX's cache directory unless set)."""
-    os.environ.setdefault("CUPY_CACHE_DIR", kernel_cache_dir())
+    """Import CuPy, its kernel cache pointed at a trusted folder (:func:`point_kernel_cache`)."""
+    point_kernel_cache()
     import cupy
     return cupy
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import functools
 import os
 import re
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 from rlx_core.errors import DeviceError, DeviceUnavailableError
+from rlx_core.runtime.safefs import cache_root, private_dir, private_temp_dir
 
 __all__ = ["Profile", "PROFILES", "SPEC_DEFAULT_LIMITS", "Gpu", "open_gpu", "open_profile", "opened_profile",
            "find_adapter", "adapter_rank", "adapter_summary", "is_software", "opened", "SOFTWARE_ADAPTERS",
@@ -109,10 +109,20 @@ def adapter_summary(info) -> str:
     return f"{name} ({info.get('backend_type')}, {driver}){software}"
 
 
+def _runtime_dir() -> str:
+    """A private folder for ``XDG_RUNTIME_DIR`` (Mesa prints an error per adapter without
+    one): ``$XDG_CACHE_HOME/rlx/xdg-runtime``, shared by every process, so none leaves a
+    folder behind; a temporary one removed at exit when the cache cannot be trusted."""
+    try:
+        return str(private_dir(cache_root() / "xdg-runtime"))
+    except OSError:
+        return str(private_temp_dir("rlx-xdg-"))
+
+
 @functools.lru_cache(maxsize=1)
 def _adapters() -> tuple:
-    if not os.environ.get("XDG_RUNTIME_DIR"):  # Mesa prints an error per adapter without one
-        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="rlx-xdg-")
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        os.environ["XDG_RUNTIME_DIR"] = _runtime_dir()
     import wgpu
     return tuple(wgpu.gpu.enumerate_adapters_sync())
 
