@@ -5,8 +5,9 @@ and a continuous-batching scheduler.
   ``clone``): :class:`SamplerChain` (``SamplerChain.builder()``), :class:`SampleOpts`
   (flat settings, ``into_chain()`` in llama.cpp's order), :func:`sample_batch`.
 * Paged KV cache -- vLLM's design: a reference-counted block pool with an LRU free
-  list and chained-hash prefix caching (:class:`BlockPool`), block tables with
-  copy-on-write forks (:class:`BlockManager`), and the tensors (:class:`PagedKVCache`);
+  list (uncached blocks reused first) and chained-hash prefix caching
+  (:class:`BlockPool`), block tables with copy-on-write forks (:class:`BlockManager`),
+  and the tensors (:class:`PagedKVCache`);
   :class:`Scheduler` does continuous batching over it (token budget, chunked prefill,
   preemption by recompute).
 * Quantized KV rows -- GGML's q8_0 / q4_0 / q5_0 / f16 block layouts, bit-exact with
@@ -23,7 +24,7 @@ from .quantized_cache import QuantizedKVCache, QuantizedKVLayer
 from .samplers import XTC, DynamicTemperature, LogitBias, MinP, Sampler, Temperature, TopK, TopNSigma, TopP, TypicalP
 from .scheduler import Request, RequestStatus, ScheduledChunk, Scheduler, SchedulerOutput
 from .selectors import Dist, Greedy, MirostatV1, MirostatV2
-from .validate import LLMConfigError
+from .validate import KVCacheMemoryError, KVSlotError, LLMConfigError, LLMStateError
 
 __all__ = [
     "Candidates", "Sampler", "SamplerChain", "ChainBuilder", "SampleOpts", "sample_batch",
@@ -31,5 +32,6 @@ __all__ = [
     "LogitBias", "RepetitionPenalty", "DRY", "Greedy", "Dist", "MirostatV1", "MirostatV2",
     "KVFormat", "KV_FORMATS", "F16", "Q8_0", "Q4_0", "Q5_0", "kv_format", "quantize", "dequantize",
     "BlockPool", "KVBlock", "BlockManager", "PagedKVCache", "Request", "RequestStatus", "ScheduledChunk",
-    "Scheduler", "SchedulerOutput", "QuantizedKVLayer", "QuantizedKVCache", "LLMConfigError",
+    "Scheduler", "SchedulerOutput", "QuantizedKVLayer", "QuantizedKVCache", "LLMConfigError", "LLMStateError",
+    "KVSlotError", "KVCacheMemoryError",
 ]

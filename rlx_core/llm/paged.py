@@ -23,6 +23,7 @@ attention kernel takes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
@@ -30,8 +31,9 @@ import numpy as np
 
 from ..errors import DTypeError, InputError, KVCacheFullError
 from ..ir.dtypes import DType
-from .blocks import BlockPool, KVBlock, block_hash
-from .validate import LLMConfigError, check_int
+from .blocks import BLOCK_OVERHEAD_BYTES, BlockPool, KVBlock, block_hash
+from .candidates import is_real_dtype
+from .validate import KVSlotError, LLMConfigError, check_hashable, check_host_memory, check_int
 
 __all__ = ["BlockManager", "PagedKVCache"]
 
@@ -57,7 +59,7 @@ class BlockManager:
     def add_sequence(self, seq_id: Hashable, extra_key: bytes | str | None = None) -> None:
         """Start an empty sequence; ``extra_key`` (e.g. an adapter name or cache salt)
         keeps its prefix-cache entries apart from sequences with another key."""
-        if seq_id in self._seqs:
+        if check_hashable("sequence id", seq_id) in self._seqs:
             raise InputError(f"sequence {seq_id!r} already exists")
         if isinstance(extra_key, str):
             extra_key = extra_key.encode()
@@ -71,7 +73,7 @@ class BlockManager:
     def fork(self, parent_id: Hashable, child_id: Hashable) -> None:
         """``child`` shares all of ``parent``'s blocks (copy-on-write)."""
         parent = self._seqs[self._require(parent_id)]
-        if child_id in self._seqs:
+        if check_hashable("child sequence id", child_id) in self._seqs:
             raise InputError(f"cannot fork into sequence {child_id!r}: it already exists")
         self.pool.touch(parent.blocks)
         self._seqs[child_id] = _Sequence(list(parent.blocks), list(parent.tokens), list(parent.hashes),
@@ -133,7 +135,7 @@ class BlockManager:
     # -- queries ---------------------------------------------------------------------------
 
     def __contains__(self, seq_id) -> bool:
-        return seq_id in self._seqs
+        return check_hashable("sequence id", seq_id) in self._seqs
 
     @property
     def sequences(self) -> list:
@@ -156,7 +158,7 @@ class BlockManager:
     # -- internals -------------------------------------------------------------------------
 
     def _require(self, seq_id):
-        if seq_id not in self._seqs:
+        if check_hashable("sequence id", seq_id) not in self._seqs:
             raise InputError(f"unknown sequence {seq_id!r}")
         return seq_id
 
@@ -192,16 +194,26 @@ def _token_list(tokens: Sequence[int]) -> list[int]:
 
 
 class PagedKVCache:
-    """K and V of every layer in pooled blocks, with a :class:`BlockManager`."""
+    """K and V of every layer in pooled blocks, with a :class:`BlockManager`.
+
+    The pool's size is checked against the host's memory before anything is allocated
+    (:class:`~rlx_core.llm.validate.KVCacheMemoryError`, naming the bytes); slots given to
+    :meth:`write` must lie in the pool (:class:`~rlx_core.llm.validate.KVSlotError`: a
+    negative slot would wrap around into another sequence's K/V)."""
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, num_blocks: int, block_size: int = 16,
                  dtype="f32", prefix_caching: bool = True):
         self.num_layers = check_int("num_layers", num_layers, 1)
         self.num_kv_heads = check_int("num_kv_heads", num_kv_heads, 1)
         self.head_dim = check_int("head_dim", head_dim, 1)
-        self.manager = BlockManager(num_blocks, block_size, prefix_caching)
         self.dtype = _storage_dtype(dtype)
-        shape = (self.num_layers, self.manager.pool.num_blocks * self.manager.block_size, num_kv_heads, head_dim)
+        num_blocks, block_size = check_int("num_blocks", num_blocks, 1), check_int("block_size", block_size, 1)
+        shape = (self.num_layers, num_blocks * block_size, self.num_kv_heads, self.head_dim)
+        tensor_bytes = 2 * math.prod(shape) * self.dtype.itemsize
+        check_host_memory(f"a paged KV cache of {num_blocks} blocks x {block_size} tokens x {self.num_layers} layers "
+                          f"x {self.num_kv_heads} heads x {self.head_dim} ({np.dtype(self.dtype).name}, K and V)",
+                          tensor_bytes + num_blocks * BLOCK_OVERHEAD_BYTES)
+        self.manager = BlockManager(num_blocks, block_size, prefix_caching)
         self.k = np.zeros(shape, self.dtype)
         self.v = np.zeros(shape, self.dtype)
 
@@ -230,12 +242,13 @@ class PagedKVCache:
                 store[:, dst * size:(dst + 1) * size] = store[:, src * size:(src + 1) * size]
         return slots
 
-    def write(self, layer: int, slots: np.ndarray, k, v) -> None:
-        """Store one layer's ``k``, ``v`` ``[n, kv_heads, head_dim]`` at ``slots``."""
+    def write(self, layer: int, slots, k, v) -> None:
+        """Store one layer's ``k``, ``v`` ``[n, kv_heads, head_dim]`` at ``slots`` (from
+        :meth:`reserve`); nothing is written unless every argument is valid."""
         check_int("layer", layer, 0, self.num_layers - 1)
-        n = len(slots)
+        slots = self._check_slots(slots)
         for name, value in (("k", k), ("v", v)):
-            self._check_rows(name, value, (n, self.num_kv_heads, self.head_dim))
+            self._check_rows(name, value, (slots.size, self.num_kv_heads, self.head_dim))
         self.k[layer, slots] = k
         self.v[layer, slots] = v
 
@@ -293,9 +306,24 @@ class PagedKVCache:
         return slots[:check_int(f"length of sequence {seq_id!r}", length, 0, slots.size)]
 
     def _check_rows(self, name: str, value, shape: tuple) -> None:
-        if np.shape(value) != shape:
-            raise InputError(f"{name} must have shape {shape} (layers/tokens, kv_heads, head_dim), "
-                             f"got {np.shape(value)}")
+        value = np.asarray(value)
+        if value.shape != shape or not is_real_dtype(value.dtype):
+            raise InputError(f"{name} must be real numbers of shape {shape} (layers/tokens, kv_heads, head_dim), "
+                             f"got {value.dtype} of shape {value.shape}")
+
+    def _check_slots(self, slots) -> np.ndarray:
+        slots = np.asarray(slots)
+        if slots.size == 0:
+            return slots.reshape(0).astype(np.int64)
+        if slots.ndim != 1 or slots.dtype.kind not in "iu":
+            raise KVSlotError(f"slots must be a 1-D array of integer slot indices (from reserve), got {slots.dtype} "
+                              f"of shape {slots.shape}")
+        capacity = self.k.shape[1]
+        outside = (slots < 0) | (slots >= capacity)
+        if outside.any():
+            raise KVSlotError(f"slot {slots[outside][0]} is outside the pool's {capacity} slots (0 .. {capacity - 1}: "
+                              f"{self.manager.pool.num_blocks} blocks of {self.block_size}); nothing was written")
+        return slots
 
 
 def _storage_dtype(dtype) -> np.dtype:

@@ -14,6 +14,11 @@ one was preempted are waiting requests admitted, oldest first, starting from the
 longest cached prefix. The caller runs the model on the scheduled tokens and reports
 the sampled tokens with :meth:`Scheduler.update`: a request whose computation caught
 up emits one token and finishes at ``max_new_tokens`` or its ``eos_token``.
+
+Steps alternate strictly: ``schedule()`` again before ``update()`` of a step that
+scheduled tokens would reserve the same tokens twice, and ``update()`` of a step other
+than the last one scheduled would record tokens twice; both raise
+:class:`~rlx_core.llm.validate.LLMStateError` and change nothing.
 """
 from __future__ import annotations
 
@@ -24,9 +29,9 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import InputError, KVCacheFullError
+from ..errors import InputError, InputTypeError, KVCacheFullError
 from .paged import BlockManager
-from .validate import check_int
+from .validate import LLMStateError, check_hashable, check_int
 
 __all__ = ["Request", "RequestStatus", "ScheduledChunk", "SchedulerOutput", "Scheduler"]
 
@@ -52,6 +57,7 @@ class Request:
     num_preemptions: int = 0
 
     def __post_init__(self):
+        check_hashable("request_id", self.request_id)
         self.prompt = [check_int(f"request {self.request_id!r} prompt token", t, 0) for t in self.prompt]
         if not self.prompt:
             raise InputError(f"request {self.request_id!r} has an empty prompt")
@@ -105,6 +111,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._ids: set = set()
+        self._pending: SchedulerOutput | None = None       # the step awaiting update()
 
     def add_request(self, request: Request) -> None:
         """Queue a request; one that could not fit the whole pool even alone is refused."""
@@ -125,6 +132,10 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
+        if self._pending is not None:
+            raise LLMStateError(
+                f"schedule() called again before update() recorded the previous step ({len(self._pending.chunks)} "
+                f"chunk(s), {self._pending.num_tokens} tokens already reserved); nothing was changed")
         budget = self.max_num_batched_tokens
         chunks: list[ScheduledChunk] = []
         preempted: list[Request] = []
@@ -150,21 +161,38 @@ class Scheduler:
             self.running.append(self.waiting.popleft())
             chunks.append(chunk)
             budget -= chunk.num_tokens
-        return SchedulerOutput(chunks, preempted)
+        output = SchedulerOutput(chunks, preempted)
+        if chunks:
+            self._pending = output
+        return output
 
     def update(self, output: SchedulerOutput, sampled: Mapping[Hashable, int]) -> list[Request]:
         """Record a step: ``sampled`` maps each request whose chunk ``emits`` to its new
-        token. Returns the requests that finished (their blocks are freed)."""
+        token. Returns the requests that finished (their blocks are freed). Everything is
+        checked before anything is recorded."""
+        if not isinstance(sampled, Mapping):
+            raise InputTypeError(f"sampled must map request ids to tokens, got {type(sampled).__name__}")
+        if not output.chunks:
+            return []
+        if output is not self._pending:
+            raise LLMStateError("update() got a step that is not the one awaiting its update (it was already "
+                                "recorded, or a later step was scheduled); nothing was changed")
+        tokens = {}
+        for chunk in output.chunks:
+            if chunk.emits:
+                request_id = chunk.request.request_id
+                if request_id not in sampled:
+                    raise InputError(f"request {request_id!r} reached the end of its tokens this step, "
+                                     f"so it needs a sampled token (nothing was changed)")
+                tokens[request_id] = check_int(f"sampled token of request {request_id!r}", sampled[request_id], 0)
+        self._pending = None
         finished = []
         for chunk in output.chunks:
             request = chunk.request
             request.num_computed = chunk.start + chunk.num_tokens
             if not chunk.emits:
                 continue
-            if request.request_id not in sampled:
-                raise InputError(f"request {request.request_id!r} reached the end of its tokens this step, "
-                                 f"so it needs a sampled token")
-            token = check_int(f"sampled token of request {request.request_id!r}", sampled[request.request_id], 0)
+            token = tokens[request.request_id]
             request.output.append(token)
             if len(request.output) >= request.max_new_tokens or token == request.eos_token:
                 request.status = RequestStatus.FINISHED

@@ -1,15 +1,20 @@
 """Paged KV cache: invariants under random add / append / fork / free / prefix-match
-sequences (hypothesis state machine), copy-on-write, prefix caching with LRU eviction,
-and exhaustion that raises and changes nothing."""
+sequences mixed with misuse that must be refused without any change (a hypothesis state
+machine with a bounded run time), copy-on-write, prefix caching with LRU eviction, and
+exhaustion that raises and changes nothing."""
+import time
+from datetime import timedelta
+
 import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from rlx_core.errors import InputError, KVCacheFullError
+from rlx_core.errors import InputError, InputTypeError, KVCacheFullError, ResourceError, RlxError
 from rlx_core.llm import BlockManager, LLMConfigError, PagedKVCache
 from rlx_core.llm.blocks import FreeBlockQueue, KVBlock
+from rlx_core.llm.validate import KVCacheMemoryError, KVSlotError, LLMStateError
 
 LAYERS, HEADS, DIM = 2, 1, 2
 
@@ -33,7 +38,8 @@ def snapshot(cache):
     manager = cache.manager
     return ({s: (manager.block_table(s), manager.tokens(s)) for s in manager.sequences},
             [b.ref_count for b in manager.pool.blocks], [b.block_id for b in manager.pool.free_queue],
-            dict(manager.pool.cached), {s: cache.gather(s, 1) for s in manager.sequences})
+            {h: list(holders) for h, holders in manager.pool.cached.items()},
+            {s: cache.gather(s, 1) for s in manager.sequences})
 
 
 def same_snapshot(a, b):
@@ -91,6 +97,54 @@ class PagedCacheMachine(RuleBasedStateMachine):
         self.cache.free(seq)
         del self.model[seq]
 
+    # -- misuse: each must raise its RlxError and leave every sequence, count and K/V as it was
+
+    def _refused(self, error, call, *args):
+        before, k, v = snapshot(self.cache), self.cache.k.copy(), self.cache.v.copy()
+        with pytest.raises(error):
+            call(*args)
+        same_snapshot(before, snapshot(self.cache))
+        np.testing.assert_array_equal(self.cache.k, k)
+        np.testing.assert_array_equal(self.cache.v, v)
+
+    @rule(data=st.data(), bad=st.sampled_from([-1, -30, 30, 31, 2 ** 40, -2 ** 62]))
+    def write_outside_the_pool(self, data, bad):
+        slots = data.draw(st.lists(st.integers(0, 29), max_size=3))
+        slots.insert(data.draw(st.integers(0, len(slots))), bad)
+        rows = np.ones((len(slots), HEADS, DIM), np.float32)
+        self._refused(KVSlotError, self.cache.write, data.draw(st.integers(0, LAYERS - 1)), np.array(slots), rows, rows)
+
+    @rule(slots=st.sampled_from([np.array([0.0, 1.0]), np.array([[0, 1]]), np.array([True, False]), ["a", "b"]]))
+    def write_with_slots_that_are_not_indices(self, slots):
+        rows = np.ones((2, HEADS, DIM), np.float32)
+        self._refused(KVSlotError, self.cache.write, 0, slots, rows, rows)
+
+    @rule(data=st.data())
+    def free_a_block_more_often_than_it_is_held(self, data):
+        block = self.cache.manager.pool.blocks[data.draw(st.integers(0, 9))]
+        self._refused(LLMStateError, self.cache.manager.pool.free, [block] * (block.ref_count + 1))
+
+    @rule(index=st.integers(0, 9))
+    def free_a_block_of_another_pool(self, index):
+        self._refused(LLMStateError, self.cache.manager.pool.free, [KVBlock(index)])
+
+    @rule(seq=st.sampled_from([[0], {"a": 1}, {1}, np.zeros(2)]))
+    def use_an_unhashable_sequence_id(self, seq):
+        for call, args in ((self.cache.add_sequence, (seq,)), (self.cache.free, (seq,)),
+                           (self.cache.reserve, (seq, [1])), (self.cache.gather, (seq, 0))):
+            self._refused(InputTypeError, call, *args)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), tokens=st.sampled_from([[-1], [1.5], [[1, 2]], ["x"]]))
+    def append_tokens_that_are_not_ids(self, data, tokens):
+        seq = data.draw(st.sampled_from(sorted(self.model)))
+        self._refused(InputError, self.cache.reserve, seq, tokens)
+
+    @rule()
+    def use_an_unknown_sequence(self):
+        self._refused(InputError, self.cache.free, self.next_id + 100)
+        self._refused(InputError, self.cache.fork, self.next_id + 100, self.next_id + 101)
+
     @invariant()
     def reference_counts_match_block_tables(self):
         manager = self.cache.manager
@@ -128,12 +182,14 @@ class PagedCacheMachine(RuleBasedStateMachine):
     @invariant()
     def cache_map_points_at_blocks_with_that_hash(self):
         pool = self.cache.manager.pool
-        for digest, block in pool.cached.items():
-            assert block.block_hash == digest
-        assert sum(b.block_hash is not None for b in pool.blocks) == len(pool.cached)
+        for digest, holders in pool.cached.items():
+            assert holders and all(block.block_hash == digest for block in holders.values())
+        assert sum(b.block_hash is not None for b in pool.blocks) == sum(map(len, pool.cached.values()))
 
 
-PagedCacheMachine.TestCase.settings = settings(max_examples=120, stateful_step_count=30, deadline=None)
+# bounded for CI: 120 runs of up to 30 steps, each run well under its 5 s deadline (~30 ms here)
+PagedCacheMachine.TestCase.settings = settings(max_examples=120, stateful_step_count=30,
+                                               deadline=timedelta(seconds=5))
 test_paged_cache_state_machine = PagedCacheMachine.TestCase
 
 
@@ -185,12 +241,12 @@ def test_freed_blocks_stay_cached_until_evicted_least_recent_first():
     manager.add_sequence("a")
     manager.reserve("a", [1, 2, 3, 4, 5])                  # blocks 0, 1 full (cached), 2 partial
     manager.free("a")
-    assert [b.block_id for b in manager.pool.free_queue] == [3, 2, 1, 0]   # tail freed first
+    assert [b.block_id for b in manager.pool.free_queue] == [2, 3, 1, 0]   # partial first, cached tail first
     manager.add_sequence("b")
     assert manager.match_prefix("b", [1, 2, 3, 4, 9]) == 4                 # revived from the free list
     manager.free("b")
     manager.add_sequence("c")
-    manager.reserve("c", [7] * 6)                          # takes blocks 3, 2, 1: the prefix's tail
+    manager.reserve("c", [7] * 6)                          # takes blocks 2, 3, 1: the prefix's tail
     manager.add_sequence("d")
     assert manager.match_prefix("d", [1, 2, 3, 4, 9]) == 2  # its head block is still cached
 
@@ -262,7 +318,7 @@ def test_errors():
         cache.add_sequence(0)
     with pytest.raises(InputError, match="unknown sequence 5"):
         cache.free(5)
-    with pytest.raises(InputError, match=r"k must have shape \(1, 2, 1, 4\)"):
+    with pytest.raises(InputError, match=r"k must be real numbers of shape \(1, 2, 1, 4\)"):
         cache.append(0, [1, 2], np.zeros((1, 2, 4)), np.zeros((1, 2, 1, 4)))
     with pytest.raises(InputError, match="non-negative integer ids"):
         cache.reserve(0, [1.5])
@@ -295,3 +351,66 @@ def test_gather_prefix_and_fixed_width():
         cache.gather_batch(["s"], 0, width=4)
     with pytest.raises(LLMConfigError, match="length of sequence 's' must be in"):
         cache.gather("s", 0, length=6)
+
+
+# --- issue 20: misuse that used to corrupt or crash ---------------------------------------------
+
+def two_sequences():
+    cache = PagedKVCache(LAYERS, HEADS, DIM, num_blocks=4, block_size=2)
+    for seq, tokens in (("a", [1, 2, 3]), ("b", [4, 5])):
+        cache.add_sequence(seq)
+        cache.append(seq, tokens, *kv_rows([], tokens))
+    return cache
+
+
+@pytest.mark.parametrize("slot", [-1, -8, 8, 9, 2 ** 40])
+def test_write_outside_the_pool_is_refused(slot):
+    """Slot -1 used to wrap to the pool's last slot (another sequence's K/V); slot 8 of
+    an 8-slot pool raised numpy's IndexError."""
+    cache = two_sequences()
+    before, k = snapshot(cache), cache.k.copy()
+    rows = np.full((2, HEADS, DIM), 99, np.float32)
+    with pytest.raises(KVSlotError, match=f"slot {slot} is outside the pool's 8 slots .*nothing was written") as info:
+        cache.write(0, np.array([0, slot]), rows, rows)
+    assert isinstance(info.value, (InputError, ValueError)) and not isinstance(info.value, IndexError)
+    same_snapshot(before, snapshot(cache))
+    np.testing.assert_array_equal(cache.k, k)
+
+
+def test_freeing_a_block_twice_is_refused():
+    cache = two_sequences()
+    pool = cache.manager.pool
+    block = pool.blocks[cache.manager.block_table("b")[0]]
+    before = snapshot(cache)
+    with pytest.raises(LLMStateError, match=f"block {block.block_id} freed 2 time\\(s\\) but held by 1"):
+        pool.free([block, block])
+    with pytest.raises(LLMStateError, match="not a block of this pool"):
+        pool.free([KVBlock(block.block_id)])
+    same_snapshot(before, snapshot(cache))
+    pool.free([block])
+    with pytest.raises(LLMStateError, match="held by 0 sequence"):
+        pool.free([block])
+    assert block.ref_count == 0
+
+
+@pytest.mark.parametrize("seq", [[1], {"id": 1}, np.arange(2)])
+def test_unhashable_sequence_ids_are_type_errors(seq):
+    cache = two_sequences()
+    for call in (lambda: cache.add_sequence(seq), lambda: cache.free(seq), lambda: cache.fork("a", seq),
+                 lambda: cache.append(seq, [1], *kv_rows([], [1])), lambda: seq in cache.manager):
+        with pytest.raises(InputTypeError, match="sequence id must be hashable") as info:
+            call()
+        assert isinstance(info.value, TypeError)
+
+
+def test_a_pool_larger_than_memory_fails_at_once_naming_the_bytes():
+    """PagedKVCache(num_blocks=2**40) used to build 2**40 block objects for 18 s and then
+    die with MemoryError."""
+    start = time.perf_counter()
+    with pytest.raises(KVCacheMemoryError, match=r"needs \d+ bytes \(.* GiB\), but this machine has \d+ bytes") as info:
+        PagedKVCache(32, 8, 128, num_blocks=2 ** 40)
+    assert isinstance(info.value, ResourceError) and isinstance(info.value, MemoryError)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, RlxError)
+    with pytest.raises(KVCacheMemoryError, match="bookkeeping alone"):
+        BlockManager(2 ** 40)
+    assert time.perf_counter() - start < 1.0

@@ -3,8 +3,9 @@ generated text does not depend on batching, chunking or preemption."""
 import numpy as np
 import pytest
 
-from rlx_core.errors import InputError, KVCacheFullError
+from rlx_core.errors import InputError, InputTypeError, KVCacheFullError
 from rlx_core.llm import BlockManager, Request, Scheduler
+from rlx_core.llm.validate import LLMStateError
 
 VOCAB = 50
 
@@ -148,3 +149,50 @@ def test_errors():
     out = scheduler.schedule()
     with pytest.raises(InputError, match="needs a sampled token"):
         scheduler.update(out, {})
+
+
+def scheduler_state(scheduler):
+    manager = scheduler.manager
+    requests = (*scheduler.waiting, *scheduler.running)
+    return ([(r.request_id, r.status, r.num_computed, list(r.output)) for r in requests],
+            {s: manager.block_table(s) for s in manager.sequences}, [b.ref_count for b in manager.pool.blocks],
+            [b.block_id for b in manager.pool.free_queue])
+
+
+def test_schedule_twice_without_update_is_refused_and_changes_nothing():
+    """Issue 20, item 5: a second schedule() would reserve the same prompt tokens again."""
+    scheduler = Scheduler(BlockManager(8, 4), 16, 4)
+    scheduler.add_request(Request("r", [1, 2, 3, 4, 5, 6], 2))
+    out = scheduler.schedule()
+    before = scheduler_state(scheduler)
+    with pytest.raises(LLMStateError, match=r"schedule\(\) called again before update\(\).*6 tokens"):
+        scheduler.schedule()
+    assert scheduler_state(scheduler) == before and scheduler.manager.num_tokens("r") == 6
+    scheduler.update(out, {"r": 9})
+    with pytest.raises(LLMStateError, match="not the one awaiting its update"):
+        scheduler.update(out, {"r": 9})                    # recording the step twice
+    assert scheduler.running[0].output == [9]
+    scheduler.update(scheduler.schedule(), {"r": 3})
+    assert not scheduler.has_unfinished
+
+
+def test_update_with_a_missing_token_changes_nothing():
+    scheduler = Scheduler(BlockManager(8, 4), 16, 4)
+    for request_id in ("a", "b"):
+        scheduler.add_request(Request(request_id, [1, 2], 2))
+    out = scheduler.schedule()
+    before = scheduler_state(scheduler)
+    with pytest.raises(InputError, match=r"'b' reached the end .*\(nothing was changed\)"):
+        scheduler.update(out, {"a": 5})
+    with pytest.raises(InputTypeError, match="sampled must map request ids to tokens"):
+        scheduler.update(out, [5, 6])
+    assert scheduler_state(scheduler) == before
+    scheduler.update(out, {"a": 5, "b": 6})                 # the step can still be recorded
+    assert [r.output for r in scheduler.running] == [[5], [6]]
+
+
+def test_unhashable_request_ids_are_refused():
+    """Issue 20, item 11: a list as an id is a clear TypeError, not one from a set lookup."""
+    with pytest.raises(InputTypeError, match=r"request_id must be hashable .*list \[1\]") as info:
+        Request([1], [1, 2], 2)
+    assert isinstance(info.value, TypeError)
