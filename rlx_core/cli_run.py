@@ -12,6 +12,7 @@ when an output differs by more than ``--atol + --rtol * |expected|``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -72,12 +73,12 @@ def _run(args) -> int:
     onnx = require_onnx()
     t0 = time.perf_counter()
     try:
-        proto = onnx.load(args.model)
+        proto = onnx.load(args.model, load_external_data=False)  # the importer reads it, from the model's folder
     except Exception as e:
         raise _UsageError(f"cannot read ONNX model {args.model!r}: {e}") from None
     feeds = _feeds(proto, _named(args.input, "--input", np.load), _named(args.shape, "--shape", _dims),
                    args.seed)
-    model = load_onnx_for(proto, feeds)
+    model = load_onnx_for(proto, feeds, base_dir=os.path.dirname(os.path.abspath(args.model)))
     t_import = time.perf_counter() - t0
     print(f"model   {args.model}: {len(model.graph)} nodes, opset {model.opset}, imported in {_ms(t_import)}")
     params = _weights(model.graph, args.weights) if args.weights else model.params

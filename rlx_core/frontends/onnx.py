@@ -14,20 +14,26 @@ can be upgraded with ``onnx.version_converter`` first.
 Shapes are static, so everything computable at import time is computed then: a node
 whose inputs are all known constants (``Shape`` of a value, shape arithmetic on it,
 integer initializers ...) is evaluated with the reference interpreter and becomes a
-constant. This folds away the dynamic-shape subgraphs exporters emit, and lets
+constant -- unless a value it computes would exceed ``FOLD_LIMIT_BYTES`` (or it is a
+``Loop`` of more than ``FOLD_MAX_TRIPS`` iterations): then it stays a runtime op, so a
+model of a few hundred bytes cannot make the import allocate terabytes (the compiled
+graph's memory plan judges it instead). This folds away the dynamic-shape subgraphs exporters emit, and lets
 converters insist that inputs such as ``Reshape``'s shape be constants. When such an
 input is a graph input instead, :func:`load_onnx_for` specializes the model on its
 value (``constants`` does the same by hand).
 
 Anything the importer cannot map -- an op type without a converter, an attribute
 value beyond what the IR expresses, a dtype RLX lacks -- raises ``FrontendError``
-naming the node, its op type and the opset; it never imports something that would
+naming the node, its op type and the opset (``ModelDataError``, also a ``ValueError``,
+where the model's data contradict themselves: see ``rlx_core.frontends.onnx_data``,
+which also reads external data); it never imports something that would
 compute different numbers. Converters live in ``rlx_core.frontends.onnx_ops``, one
 small function per ONNX op type.
 """
 from __future__ import annotations
 
 import functools
+import math
 import os
 import weakref
 from dataclasses import dataclass, field
@@ -40,14 +46,19 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.node import Value
 from ..reference import evaluate
+from .onnx_data import ExternalData, ModelDataError, initializer_array
 
 __all__ = ["load_onnx", "load_onnx_for", "OnnxModel", "onnx_op", "ConvertContext", "SubgraphImport", "CONVERTERS",
-           "onnx_dtype", "ONNX_DTYPES", "ConstantRequiredError", "computed_in_f32", "MIN_OPSET", "max_opset"]
+           "onnx_dtype", "ONNX_DTYPES", "ConstantRequiredError", "ModelDataError", "FrontendArgumentError",
+           "computed_in_f32", "MIN_OPSET", "max_opset", "FOLD_LIMIT_BYTES", "FOLD_MAX_TRIPS", "foldable"]
 
 CONVERTERS: dict[str, Callable[["ConvertContext"], Any]] = {}
 # Ops whose results must not be computed at import time even from constant inputs.
 NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli"}
 MIN_OPSET = 13
+# Import-time folding bounds: a value of more bytes, or a Loop of more iterations, stays a runtime op.
+FOLD_LIMIT_BYTES = 64 << 20
+FOLD_MAX_TRIPS = 1 << 16
 # TensorProto element type numbers (fixed by onnx.proto) -> RLX dtypes
 ONNX_DTYPES = {1: DType.F32, 10: DType.F16, 16: DType.BF16, 11: DType.F64, 3: DType.I8, 5: DType.I16,
                6: DType.I32, 7: DType.I64, 2: DType.U8, 12: DType.U32, 9: DType.BOOL, 14: DType.C64,
@@ -61,6 +72,17 @@ class ConstantRequiredError(FrontendError):
     def __init__(self, message: str, value_name: str):
         super().__init__(message)
         self.value_name = value_name
+
+
+class FrontendArgumentError(FrontendError, TypeError):
+    """``load_onnx`` / ``load_onnx_for`` got an argument of the wrong type (named in the message)."""
+
+
+def foldable(dims, dtype: DType) -> bool:
+    """Whether a tensor of ``dims`` and ``dtype`` is small enough to compute at import
+    time (``FOLD_LIMIT_BYTES``); converters that build values with numpy check this and
+    emit runtime ops instead when it says no."""
+    return math.prod(dims) * dtype.itemsize <= FOLD_LIMIT_BYTES
 
 
 def onnx_op(*op_types: str):
@@ -196,8 +218,10 @@ class ConvertContext:
         return [env[o.name] for o in proto.output]
 
     # --- errors -------------------------------------------------------------------------
-    def error(self, message: str) -> FrontendError:
-        return FrontendError(f"{node_label(self.node, self.opset)}: {message}")
+    def error(self, message: str, cls: type[FrontendError] = FrontendError) -> FrontendError:
+        """``cls`` (``FrontendError``, or ``ModelDataError`` for data that contradict the
+        op's definition) naming this node."""
+        return cls(f"{node_label(self.node, self.opset)}: {message}")
 
     def unsupported(self, what: str) -> FrontendError:
         """The error for a case beyond what the IR expresses: ``what`` says which."""
@@ -227,10 +251,11 @@ def computed_in_f32(converter):
 
 class _Importer:
     def __init__(self, model, initializers: str, input_shapes: Mapping[str, Sequence[int]],
-                 constants: Mapping[str, Any]):
+                 constants: Mapping[str, Any], base_dir: str | None):
         if initializers not in ("params", "constants"):
             raise FrontendError(f"initializers must be 'params' or 'constants', got {initializers!r}")
         self.model = model
+        self.external = ExternalData(base_dir)
         self.initializers = initializers
         self.input_shapes = {k: tuple(v) for k, v in (input_shapes or {}).items()}
         self.constants = {k: np.asarray(v) for k, v in (constants or {}).items()}
@@ -267,10 +292,9 @@ class _Importer:
         return OnnxModel(g, self.params, self.opset, runtime_inputs, [o.name for o in og.output])
 
     def _bind_initializers(self, g: Graph, initializers, env, as_params: bool) -> None:
-        from onnx import numpy_helper
         for init in initializers:
             dt = onnx_dtype(init.data_type)
-            arr = numpy_helper.to_array(init).astype(dt.np, copy=False)
+            arr = initializer_array(init, self.external).astype(dt.np, copy=False)
             if as_params and (dt.is_float or dt.is_complex):
                 env[init.name] = g.param(init.name, arr.shape, dt)
                 self.params[init.name] = arr
@@ -321,9 +345,10 @@ class _Importer:
                 raise FrontendError(f"{node_label(node, self.opset)} reads {missing}, which no earlier node, "
                                     f"input or initializer defines")
             known = all(not isinstance(env[i], Value) for i in reads)
+            outs = None
             if known and node.op_type not in NOT_FOLDABLE and any(node.input):
                 outs = self._fold(node, env, conv)
-            else:
+            if outs is None:
                 with g.origin(node_label(node, self.opset)):
                     outs = self._call(ConvertContext(self, g, node, env), conv)
             for name, v in zip(node.output, outs):
@@ -333,6 +358,8 @@ class _Importer:
     def _call(self, ctx: ConvertContext, conv) -> list:
         try:
             res = conv(ctx)
+        except FrontendError:
+            raise
         except (GraphError, ValueError, TypeError) as e:
             raise ctx.error(f"{type(e).__name__}: {e}") from None
         res = list(res) if isinstance(res, (list, tuple)) else [res]
@@ -341,12 +368,17 @@ class _Importer:
             raise ctx.unsupported(f"output {len(res)} ('{ctx.node.output[len(res)]}') of {ctx.op_type}")
         return res
 
-    def _fold(self, node, env, conv) -> list[np.ndarray]:
-        """Evaluate a node with constant inputs now, with the reference interpreter."""
+    def _fold(self, node, env, conv) -> list[np.ndarray] | None:
+        """Evaluate a node with constant inputs now, with the reference interpreter; None
+        when that would exceed the folding bounds (it then stays a runtime op)."""
+        if node.op_type == "Loop" and not _trips_foldable(node, env):
+            return None
         scratch = Graph("fold")
         ctx = ConvertContext(self, scratch, node, env)
         res = self._call(ctx, conv)
         vals = [r for r in res if isinstance(r, Value)]
+        if any(not foldable(s.dims, s.dtype) for n in scratch.nodes for s in n.outputs):
+            return None
         if vals:
             scratch.set_outputs(vals)
             computed = iter(evaluate(scratch))
@@ -427,6 +459,15 @@ class SubgraphImport:
         return self.g
 
 
+def _trips_foldable(node, env) -> bool:
+    """Whether a Loop with constant inputs has a known trip count of at most
+    ``FOLD_MAX_TRIPS`` (evaluating it at import time must end, and soon)."""
+    if not node.input or not node.input[0]:
+        return False
+    trips = np.asarray(env[node.input[0]]).reshape(-1)
+    return trips.size == 1 and int(trips[0]) <= FOLD_MAX_TRIPS
+
+
 def require_onnx():
     """The ``onnx`` module, or FrontendError with the exact install command."""
     try:
@@ -438,20 +479,34 @@ def require_onnx():
 
 
 def load_onnx(model, *, initializers: str = "params", input_shapes: Mapping[str, Sequence[int]] | None = None,
-              constants: Mapping[str, Any] | None = None, name: str | None = None) -> OnnxModel:
-    """Import ``model`` (a path or an ``onnx.ModelProto``); external data next to a path
-    is loaded. ``input_shapes`` fixes the dims of inputs (symbolic dims need it);
-    ``constants`` freezes graph inputs to the given values (they become import-time
-    constants, no longer inputs). See the module docstring."""
+              constants: Mapping[str, Any] | None = None, name: str | None = None,
+              base_dir: str | os.PathLike | None = None) -> OnnxModel:
+    """Import ``model`` (a path or an ``onnx.ModelProto``). External data are read from
+    ``base_dir`` (default: the folder of the model's path), memory-mapped, and only from
+    inside that folder (``rlx_core.frontends.onnx_data``). ``input_shapes`` fixes the
+    dims of inputs (symbolic dims need it); ``constants`` freezes graph inputs to the
+    given values (they become import-time constants, no longer inputs). See the module
+    docstring."""
+    model, base_dir = _read_model(model, base_dir)
+    return _Importer(model, initializers, input_shapes, constants, base_dir).run(name)
+
+
+def _read_model(model, base_dir) -> tuple[Any, str | None]:
+    """``model`` as a ModelProto (read from its path without its external data, which
+    the importer reads itself) and the folder its external data come from."""
     onnx = require_onnx()
     from . import onnx_ops  # noqa: F401  (registers the converters)
     if isinstance(model, (str, os.PathLike)):
         path = os.fspath(model)
         try:
-            model = onnx.load(path)  # also loads external data from the model's folder
+            model = onnx.load(path, load_external_data=False)
         except Exception as e:
             raise FrontendError(f"cannot read ONNX model {path!r}: {e}") from None
-    return _Importer(model, initializers, input_shapes, constants).run(name)
+        base_dir = base_dir if base_dir is not None else os.path.dirname(os.path.abspath(path))
+    elif not isinstance(model, onnx.ModelProto):
+        raise FrontendArgumentError(f"model must be a path (str or os.PathLike) or an onnx.ModelProto, "
+                                    f"got {type(model).__name__} {model!r:.60}")
+    return model, None if base_dir is None else os.fspath(base_dir)
 
 
 def load_onnx_for(model, feeds: Mapping[str, np.ndarray], **kwargs) -> OnnxModel:
@@ -462,9 +517,7 @@ def load_onnx_for(model, feeds: Mapping[str, np.ndarray], **kwargs) -> OnnxModel
     float data: a value computed from those stays a runtime value, and the import
     fails as unsupported). Feed the returned model's ``input_names`` at run time.
     ``kwargs`` go to ``load_onnx``."""
-    onnx = require_onnx()
-    if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model))
+    model, kwargs["base_dir"] = _read_model(model, kwargs.get("base_dir"))
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
     frozen: dict[str, np.ndarray] = dict(kwargs.pop("constants", None) or {})
     shapes = {k: v.shape for k, v in feeds.items()} | dict(kwargs.pop("input_shapes", None) or {})

@@ -61,21 +61,21 @@ def pad(x, *, pads, mode, value):
     return np.pad(cropped, width, mode=mode)  # numpy's "reflect" and "edge" are the op's
 
 
-def index_range_error(node, indices: np.ndarray, n: int, axis: int) -> "InputError | None":
-    """The error for the first index of ``node``'s ``indices`` outside ``[-n, n)`` (host
-    mode of the index ops), or None when all are in range. Two reductions, no copy: cheap
-    enough to run before every host gather."""
+def index_range_error(what: str, indices: np.ndarray, n: int, axis: int) -> "InputError | None":
+    """The error for the first of ``indices`` outside ``[-n, n)`` (host mode of the index
+    ops), naming the node as ``what`` (its label or ``Graph.describe``), or None when all
+    are in range. Two reductions, no copy: cheap enough to run before every host gather."""
     if indices.size == 0 or (indices.min() >= -n and indices.max() < n):
         return None
     bad = indices[(indices < -n) | (indices >= n)].flat[0]
-    return InputError(f"{node.label}: index {bad} is out of range for axis {axis} of size {n} "
+    return InputError(f"{what}: index {bad} is out of range for axis {axis} of size {n} "
                       f"(valid: {-n}..{n - 1})")
 
 
 def wrapped_indices(node, indices: np.ndarray, n: int, axis: int) -> np.ndarray:
     """Negative indices + n, after checking every index lies in [-n, n) (``InputError``
     naming ``node`` otherwise: the host mode of the index ops)."""
-    error = index_range_error(node, indices, n, axis)
+    error = index_range_error(node.label, indices, n, axis)
     if error is not None:
         raise error
     return np.where(indices < 0, indices + n, indices).astype(np.int64)

@@ -160,3 +160,18 @@ def test_policy_variables_reach_rlx_run(model_path, capsys, monkeypatch, fresh_r
     monkeypatch.setenv("RLX_DEVICE", "cuda")
     assert main(["run", str(model_path), "--shape", "x=1,8"]) == 1
     assert "RLX_DEVICE=cuda: device 'cuda' cannot be used" in capsys.readouterr().err
+
+
+def test_run_reads_external_data_only_from_the_models_folder(model_path, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    model = onnx.load(str(model_path))
+    path = tmp_path / "ext" / "mlp.onnx"
+    path.parent.mkdir()
+    onnx.save_model(model, str(path), save_as_external_data=True, location="weights.bin", size_threshold=0)
+    assert main(["run", str(path), "--shape", "x=2,8", "--device", "cpu", "--check"]) == 0
+    assert "check passed" in capsys.readouterr().out
+    hostile = onnx.load(str(path), load_external_data=False)
+    next(e for e in hostile.graph.initializer[0].external_data if e.key == "location").value = "../mlp.onnx"
+    path.write_bytes(hostile.SerializeToString())
+    assert main(["run", str(path), "--shape", "x=2,8", "--device", "cpu"]) != 0
+    assert "external data location '../mlp.onnx' climbs out with '..'" in capsys.readouterr().err

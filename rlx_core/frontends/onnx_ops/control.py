@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir.dtypes import DType
-from ..onnx import onnx_op
+from ..onnx import foldable, onnx_op
 
 
 @onnx_op("If")
@@ -110,8 +110,11 @@ def _loop_as_scan(ctx, trip: int):
         return None
     n = len(carried)
     body.finish(outs[:n] + inner + outs[n:])
-    results = g.op("scan", *carried, *(ctx.outer(c) for c in captured), g.constant(np.arange(trip, dtype=np.int64)),
-                   body=body.g, num_carry=n + len(captured))
+    # The iteration numbers; above the folding limit a runtime arange (the memory plan judges it).
+    steps = g.constant(np.arange(trip, dtype=np.int64)) if foldable((trip,), DType.I64) else \
+        g.arange(trip, dtype=DType.I64)
+    results = g.op("scan", *carried, *(ctx.outer(c) for c in captured), steps, body=body.g,
+                   num_carry=n + len(captured))
     return list(results[:n]) + list(results[n + len(captured):])
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from ...ir.dtypes import DType
 from ...ir.ops.movement import slice_bounds
 from ...ir.shape import broadcast_dims, normalize_axis
-from ..onnx import onnx_dtype, onnx_op
+from ..onnx import ModelDataError, foldable, onnx_dtype, onnx_op
 
 
 # --- constants and shapes ----------------------------------------------------------------
@@ -42,15 +42,33 @@ def size(ctx):
 
 @onnx_op("ConstantOfShape")
 def constant_of_shape(ctx):
-    value = ctx.attr("value", np.zeros(1, np.float32))
-    return np.full(ctx.const_ints(0), value.reshape(()), dtype=value.dtype)
+    """A constant, or (above the folding limit) a runtime expand of the scalar."""
+    value = ctx.attr("value", np.zeros(1, np.float32)).reshape(())
+    dims = ctx.const_ints(0)
+    if any(d < 0 for d in dims):
+        raise ctx.error(f"ConstantOfShape shape {list(dims)} has a negative dimension", ModelDataError)
+    if foldable(dims, DType.of(value.dtype)):
+        return np.full(dims, value, dtype=value.dtype)
+    return ctx.g.expand(ctx.g.constant(value), dims)
 
 
 @onnx_op("Range")
 def range_(ctx):
+    """``start + i * delta`` for ``i < ceil((limit - start) / delta)``: a constant, or
+    (above the folding limit) a runtime ``arange`` (integers: exact i64 arithmetic on it)."""
     start, limit, delta = (np.asarray(ctx.const(i)).reshape(-1)[0] for i in range(3))
-    count = max(int(math.ceil((limit - start) / delta)), 0)
-    return (start + np.arange(count) * delta).astype(start.dtype)
+    if delta == 0:
+        raise ctx.error(f"Range delta is 0 (start {start}, limit {limit}): the range never ends", ModelDataError)
+    span = (float(limit) - float(start)) / float(delta)
+    if not math.isfinite(span):
+        raise ctx.error(f"Range from {start} to {limit} by {delta} has no finite length", ModelDataError)
+    count = max(int(math.ceil(span)), 0)
+    dtype = DType.of(start.dtype)
+    if foldable((count,), dtype):
+        return (start + np.arange(count) * delta).astype(start.dtype)
+    if not dtype.is_int:
+        return ctx.g.arange(count, float(start), float(delta), dtype)
+    return ctx.g.cast(ctx.g.arange(count, dtype=DType.I64) * int(delta) + int(start), dtype)
 
 
 @onnx_op("EyeLike")
@@ -322,20 +340,29 @@ def gather_nd(ctx):
     return ctx.g.reshape(out, indices.dims[:-1] + data.dims[nb + k:])
 
 
+def in_range(g, idx, n: int):
+    """``idx`` (i64) with negative entries + n, under the IR index ops' out-of-range
+    semantics (host mode: ``InputError``; device mode: clamped into ``[0, n - 1]``): a
+    gather from ``arange(n)``. Converters that fold several indexed axes into one flat
+    position pass each axis's indices through this first, so that an index beyond its
+    own axis never silently lands on another row."""
+    return g.gather(g.constant(np.arange(n, dtype=np.int64)), idx)
+
+
 def _flat_positions(ctx, data, indices, n_batch: int):
     """``data`` reshaped to ``[prod(B..., D...), R...]`` and the row each index tuple of
-    ``indices [B..., Q..., k]`` selects (negative indices count from the end)."""
+    ``indices [B..., Q..., k]`` selects (negative indices count from the end; each
+    checked against its axis by ``in_range``)."""
     k = indices.dims[-1]
     batch, indexed = data.dims[:n_batch], data.dims[n_batch:n_batch + k]
     if indices.dims[:n_batch] != batch or k > len(data.dims) - n_batch:
         raise ctx.error(f"indices {list(indices.dims)} do not fit data {list(data.dims)} with "
                         f"batch_dims={n_batch}")
     idx = ctx.g.cast(indices, DType.I64)
-    sizes = np.asarray(indexed, dtype=np.int64)
-    idx = ctx.g.where(idx < 0, idx + sizes, idx)
-    strides = np.asarray([math.prod(indexed[j + 1:]) for j in range(k)], dtype=np.int64)
-    linear = ctx.g.sum(idx * strides, axes=[-1]) if k else ctx.g.constant(
-        np.zeros(indices.dims[:-1], np.int64))
+    linear = ctx.g.constant(np.zeros(indices.dims[:-1], np.int64))
+    for j, n in enumerate(indexed):
+        column = ctx.g.gather(idx, np.int64(j), axis=idx.rank - 1)
+        linear = linear + in_range(ctx.g, column, n) * math.prod(indexed[j + 1:])
     if n_batch:
         batch_pos = np.arange(math.prod(batch), dtype=np.int64).reshape(batch + (1,) * (linear.rank - n_batch))
         linear = linear + batch_pos * math.prod(indexed)
@@ -358,8 +385,7 @@ def scatter_nd(ctx):
 def scatter_elements(ctx):
     data, indices, updates = ctx.input(0), ctx.input(1), ctx.input(2)
     axis = normalize_axis(ctx.attr("axis", 0), data.rank, "ScatterElements axis")
-    idx = ctx.g.cast(indices, DType.I64)
-    idx = ctx.g.where(idx < 0, idx + data.dims[axis], idx)
+    idx = in_range(ctx.g, ctx.g.cast(indices, DType.I64), data.dims[axis])
     return _scatter_along(ctx, data, idx, updates, axis, ctx.attr("reduction", "none"))
 
 
@@ -377,12 +403,14 @@ def tensor_scatter(ctx):
     pos = ctx.g.reshape(start, [past.dims[0]] + [1] * (past.rank - 1)) + step
     if ctx.attr("mode", "linear") == "circular":
         pos = ctx.g.mod(pos, past.dims[axis])
+    else:
+        pos = in_range(ctx.g, pos, past.dims[axis])
     return _scatter_along(ctx, past, ctx.g.expand(pos, update.dims), update, axis, "none")
 
 
 def _scatter_along(ctx, data, idx, updates, axis: int, reduction: str):
     """Update element p goes to data position p with p[axis] replaced by ``idx[p]``
-    (non-negative): its flat (row-major) position, so the scatter runs on the
+    (in range, see ``in_range``): its flat (row-major) position, so the scatter runs on the
     flattened data."""
     linear = None
     for i, n in enumerate(updates.dims):

@@ -34,9 +34,10 @@ def gather_step(b: Bound):
     checked first because numpy's mode="wrap" (which maps -n..-1 to n-1..0, as the op
     defines) wraps by repeated subtraction: an index of 2**62 would never return."""
     table, indices, axis = b.ins[0], b.ins[1], b.node.attrs["axis"]
+    what = b.graph.describe(b.node)
 
     def check():
-        error = index_range_error(b.node, indices, table.shape[axis], axis)
+        error = index_range_error(what, indices, table.shape[axis], axis)
         if error is not None:
             raise error
     return [Call(check), Call(np.take, (table, indices), {"axis": axis, "out": b.outs[0], "mode": "wrap"})]
