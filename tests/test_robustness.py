@@ -13,7 +13,6 @@
 * item 17: ``run(out=...)`` with fresh arrays costs no recompile-like price.
 """
 import importlib.util
-import os
 import re
 
 import numpy as np
@@ -171,14 +170,14 @@ HUGE = [_huge_input, _huge_expand, _huge_arange, _huge_pad]
 
 
 @pytest.fixture(params=["cpu", "tpu", "gpu"])
-def device(request, monkeypatch, fresh_registry):
+def device(request, fresh_registry):
     """cpu, tpu (on XLA:CPU unless RLX_TPU_PLATFORM says otherwise) and gpu, where installed."""
     name = request.param
-    plugin = {"cpu": "rlx_cpu", "tpu": "rlx_tpu", "gpu": "rlx_wgpu"}[name]
+    if name == "tpu":
+        return request.getfixturevalue("tpu_device")
+    plugin = {"cpu": "rlx_cpu", "gpu": "rlx_wgpu"}[name]
     if importlib.util.find_spec(plugin) is None:
         pytest.skip(f"the {plugin} plugin is not installed")
-    if name == "tpu" and not os.environ.get("RLX_TPU_PLATFORM"):
-        monkeypatch.setenv("RLX_TPU_PLATFORM", "cpu")
     if not registry().is_available(name):
         pytest.skip(f"device {name} is not available here")
     return name

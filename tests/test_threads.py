@@ -6,8 +6,6 @@ input, and none raises a spurious "missing input". The soak test runs 8 threads 
 runs on cpu and on tpu (XLA:CPU unless ``RLX_TPU_PLATFORM`` says otherwise) and checks
 every result.
 """
-import importlib.util
-import os
 import threading
 
 import numpy as np
@@ -15,7 +13,6 @@ import pytest
 
 from rlx_core import Graph, Session, Shape
 from rlx_core.errors import InputError
-from rlx_core.runtime.registry import register_backends, registry
 
 THREADS, RUNS = 8, 2000
 
@@ -32,19 +29,6 @@ def _compiled(device):
     c = Session(device).compile(_graph())
     c.set_param("b", np.ones(4, np.float32))
     return c
-
-
-@pytest.fixture
-def tpu_device(fresh_registry, monkeypatch):
-    """The tpu device, on XLA:CPU unless RLX_TPU_PLATFORM names a platform."""
-    if importlib.util.find_spec("rlx_tpu") is None:
-        pytest.skip("the rlx-tpu plugin is not installed")
-    if not os.environ.get("RLX_TPU_PLATFORM"):
-        monkeypatch.setenv("RLX_TPU_PLATFORM", "cpu")
-    if not any(e.name == "tpu" for e in registry().entries.get("tpu", [])):
-        import rlx_tpu.plugin
-        register_backends(rlx_tpu.plugin)
-    return "tpu"
 
 
 def test_staged_inputs_belong_to_the_staging_thread():
@@ -120,5 +104,5 @@ def test_8_threads_x_2000_runs_on_cpu():
     _soak(_compiled("cpu"))
 
 
-def test_8_threads_x_2000_runs_on_tpu(tpu_device):
+def test_8_threads_x_2000_runs_on_tpu(tpu_device):  # (tests/conftest.py: XLA:CPU unless set)
     _soak(_compiled(tpu_device))

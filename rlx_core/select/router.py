@@ -20,7 +20,7 @@ from ..ir.graph import Graph
 from ..runtime.device import Device, parse_device
 from ..runtime.options import CompileOptions, PrecisionPolicy
 from ..runtime.registry import registry
-from ..runtime.session import CompiledGraph, Outputs, compile_graph
+from ..runtime.session import CompiledGraph, Outputs, compile_graph, require_graph
 from ..hw.snapshot import ThermalState, read_thermal
 from .devices import FULL, blocker_for, resolve_device
 from .policy import DevicePolicy
@@ -47,6 +47,7 @@ class FlexibleSession:
         return cls(DevicePolicy.from_env(), **kw)
 
     def resolve(self, graph: Graph, device: "Device | str | None" = None) -> Device:
+        require_graph(graph, "FlexibleSession.resolve")
         return resolve_device(graph, device, self.policy, options=self.options)
 
     def compile_resolved(self, graph: Graph, device: "Device | str | None" = None,
@@ -58,6 +59,7 @@ class FlexibleSession:
                    ) -> CompiledGraph:
         """Compile on ``device``, which must be available, allowed by the policy and able to
         run ``graph`` (else the error says which and what to change)."""
+        require_graph(graph, "FlexibleSession.compile_on")
         dev = parse_device(device)
         options = options or self.options
         block = blocker_for(graph, dev, self.policy, FULL, options)

@@ -29,7 +29,7 @@ from ..ir.graph import Graph
 from ..runtime.device import Device, parse_device
 from ..runtime.options import CompileOptions
 from ..runtime.registry import registry
-from ..runtime.session import CompiledGraph, Outputs, check_value, compile_graph, value_from_bytes
+from ..runtime.session import CompiledGraph, Outputs, check_value, compile_graph, require_graph, value_from_bytes
 from .calibration import forget_graph_timings, record_graph_timings
 from .devices import (FULL, Blocker, DeviceCandidate, DevicePick, blocker_for, device_report, devices_for,
                       nothing_viable_error, pick_device, rank_devices, requested_device)
@@ -92,6 +92,7 @@ class GraphDevices:
 
     def __init__(self, graph: Graph, policy: DevicePolicy | None = None, *, options: CompileOptions | None = None,
                  calibrate: bool = True, history_size: int = 256):
+        require_graph(graph, type(self).__name__)
         self.graph = graph.verify()
         self.options = options or CompileOptions()
         self.calibrate = calibrate

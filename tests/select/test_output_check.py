@@ -4,7 +4,7 @@ device failure -- the next device serves the run, and the attempt is recorded.""
 import numpy as np
 import pytest
 
-from rlx_core.errors import BackendOutputError, DeviceFallbackError, PluginError
+from rlx_core.errors import ArgumentTypeError, BackendOutputError, DeviceFallbackError, PluginError
 from rlx_core.runtime import Device
 from rlx_core.select import DevicePolicy, DeviceRouter, FlexibleSession, GraphDevices
 
@@ -55,3 +55,10 @@ def test_router_serves_from_the_next_device(lying, helpers, monkeypatch):
     device, out = router.run_chain({"x": X})
     assert device == Device("cpu") and router.runner.last_run.fell_back
     np.testing.assert_allclose(out[0], helpers.expected_tanh(X, W), rtol=1e-4, atol=1e-5)
+
+
+def test_fallback_entry_points_take_only_graphs(fakes):
+    for call in (lambda: GraphDevices("graph"), lambda: FlexibleSession(DevicePolicy.all()).compile_on("g", "cpu"),
+                 lambda: FlexibleSession(DevicePolicy.all()).resolve(5), lambda: DeviceRouter(None)):
+        with pytest.raises(ArgumentTypeError, match=r"\(graph=\.\.\.\) takes an rlx_core.Graph"):
+            call()
