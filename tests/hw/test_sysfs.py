@@ -1,9 +1,10 @@
 """GPU telemetry from sysfs/hwmon, read from a sysfs tree laid out as the kernel does
 (rlx_core.testing.sysfs): sensors by label and unit, missing files as None, control by
 writing the hwmon files, and the errors of writes that fail."""
-import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -79,25 +80,28 @@ def test_control_writes_the_hwmon_files(tree):
         p.set_locked_clocks(0, 1000, 1500)
 
 
-def test_a_write_without_permission_is_a_permission_error(tree):
-    """Run as an unprivileged user (dropped from root here when needed) against the same
-    files, made read-only: the kernel's EACCES becomes ThermalPermissionError."""
-    mon = tree / "devices" / "pci0000:00" / "0000:01:00.0" / "hwmon" / "hwmon0"
-    (mon / "power1_cap").chmod(0o444)
-    code = textwrap.dedent(f"""
-        import os
-        from rlx_core.hw.sysfs import SysfsProvider
-        from rlx_core.hw import ThermalPermissionError
-        if os.getuid() == 0:  # (imports first: the unprivileged user may not read the venv)
-            os.setgid(65534); os.setuid(65534)
-        try:
-            SysfsProvider("rocm", {str(tree)!r}).set_power_cap(0, 200)
-        except ThermalPermissionError as e:
-            print("permission:", e)
-    """)
-    for path in [tree, *tree.parents][:-1]:  # let the unprivileged user reach the tree (not the file)
-        if os.getuid() == 0 and path.is_relative_to("/tmp") and path != Path("/tmp"):
-            path.chmod(path.stat().st_mode | 0o005)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+def test_a_write_without_permission_is_a_permission_error():
+    """Run as an unprivileged user (dropped from root here when needed) against a card
+    whose power1_cap is read-only: the kernel's EACCES becomes ThermalPermissionError.
+    (A tree of its own directly under the temp folder, which that user can reach.)"""
+    root = Path(tempfile.mkdtemp(prefix="rlx-sysfs-"))
+    try:
+        root.chmod(0o755)
+        make_card(root, 1, "0x1002", hwmon=AMDGPU_HWMON)
+        (root / "devices" / "pci0000:00" / "0000:01:00.0" / "hwmon" / "hwmon0" / "power1_cap").chmod(0o444)
+        code = textwrap.dedent(f"""
+            import os
+            from rlx_core.hw.sysfs import SysfsProvider
+            from rlx_core.hw import ThermalPermissionError
+            if os.getuid() == 0:  # (imports first: the unprivileged user may not read the venv)
+                os.setgid(65534); os.setuid(65534)
+            try:
+                SysfsProvider("rocm", {str(root)!r}).set_power_cap(0, 200)
+            except ThermalPermissionError as e:
+                print("permission:", e)
+        """)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    finally:
+        shutil.rmtree(root)
     assert "permission: rocm:0 power cap: permission denied writing" in done.stdout, done.stderr
     assert "run as root (sudo)" in done.stdout
