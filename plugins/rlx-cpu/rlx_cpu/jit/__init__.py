@@ -17,6 +17,7 @@ Importing this package imports numba (about 0.3 s); ``plugin.py`` never does.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -40,6 +41,7 @@ log = logging.getLogger("rlx.cpu")
 _lock = threading.RLock()
 _modules: dict[Path, ModuleType] = {}
 _entry_points: set[int] = set()  # ids of compiled entry points (they live as long as the process)
+_listings: dict[str, dict[str, list[str]]] = {}  # numba cache folder -> module stem -> file names
 
 
 def _load(stem: str, source: str) -> ModuleType:
@@ -80,8 +82,9 @@ def _check_numba_cache(module: ModuleType) -> None:
                 log.warning("rlx-cpu: not using numba's cache folder (%s); compiling %s in memory", e, module.__name__)
         if refused[folder]:
             dispatcher._cache = NullCache()
-            continue
-        for f in _cache_files(dispatcher):
+    stem = Path(module.__file__).stem
+    for folder in (f for f, why in refused.items() if not why):
+        for f in _listed(folder, stem):
             try:
                 problem = file_problem(f)
             except FileNotFoundError:
@@ -89,6 +92,20 @@ def _check_numba_cache(module: ModuleType) -> None:
             if problem:
                 log.warning("rlx-cpu: deleted numba cache file %s, which %s; compiling again", f, problem)
                 f.unlink(missing_ok=True)
+
+
+def _listed(folder: str, stem: str) -> list[Path]:
+    """numba's files in ``folder`` for the module ``stem``, from a listing made once per
+    process (the folder holds every kernel ever cached: listing it per module would cost
+    milliseconds each; files added later come from this user's processes)."""
+    listing = _listings.get(folder)
+    if listing is None:
+        listing = _listings[folder] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(folder):
+                if entry.name.endswith((".nbi", ".nbc")):
+                    listing.setdefault(entry.name.split(".", 1)[0], []).append(entry.name)
+    return [Path(folder, name) for name in listing.get(stem, ())]
 
 
 def _cache_files(dispatcher) -> list[Path]:
