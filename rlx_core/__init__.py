@@ -30,7 +30,7 @@ from .runtime import (Availability, Backend, BackendFactory, CompileCache, Compi
 _LAZY = {name: "select" for name in (
     "BackendsManifest", "DeviceBenchResult", "DeviceCandidate", "DevicePolicy", "DeviceRouter", "FlexibleSession",
     "GraphDevices", "available_devices", "backends_manifest", "benchmark_devices", "device_report", "devices_for",
-    "fastest_device_for", "resolve_device")} | {"GpuThermal": "hw", "HwSnapshot": "hw"}
+    "fastest_device_for", "resolve_device", "advisory_capabilities")} | {"GpuThermal": "hw", "HwSnapshot": "hw"}
 
 
 def __getattr__(name: str):
@@ -51,4 +51,4 @@ __all__ = ["CustomOp", "register_custom_op", "Attr", "DType", "Graph", "Node", "
            "register_device", "registry", "__version__", "GpuThermal", "HwSnapshot", "BackendsManifest",
            "DeviceBenchResult", "DeviceCandidate", "DevicePolicy", "DeviceRouter", "FlexibleSession", "GraphDevices",
            "available_devices", "backends_manifest", "benchmark_devices", "device_report", "devices_for",
-           "fastest_device_for", "resolve_device", *_errors_all]
+           "fastest_device_for", "resolve_device", "advisory_capabilities", *_errors_all]

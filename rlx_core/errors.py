@@ -12,7 +12,7 @@ __all__ = [
     "UnknownDeviceError", "DeviceUnavailableError", "PluginError", "CacheError",
     "KVCacheFullError", "ThermalError", "DeviceFallbackError", "PolicyError", "FrontendError",
     "ArgumentTypeError", "InputTypeError", "GraphFormatError", "ResourceError", "BackendOutputError",
-    "ShardingError",
+    "ShardingError", "CapabilityError",
 ]
 
 
@@ -57,6 +57,11 @@ class UnsupportedOpError(RlxError):
         lines = "\n".join(f"  {node}: {why}" for node, why in self.offending)
         super().__init__(
             f"backend '{backend}' cannot run {len(self.offending)} node(s) of this graph:\n{lines}")
+
+
+class CapabilityError(RlxError, NotImplementedError):
+    """A compiled graph's backend lacks what the call needs (e.g. ``clone``); the
+    message names the backend and the capability."""
 
 
 class InputError(RlxError):

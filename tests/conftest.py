@@ -24,3 +24,26 @@ def tpu_device(fresh_registry, monkeypatch):
     if not os.environ.get("RLX_TPU_PLATFORM"):
         monkeypatch.setenv("RLX_TPU_PLATFORM", "cpu")
     return "tpu"
+
+
+_PLUGINS = {"cpu": "rlx_cpu", "tpu": "rlx_tpu", "gpu": "rlx_wgpu", "mlx": "rlx_mlx", "rocm": "rlx_rocm",
+            "cuda": "rlx_cuda"}
+
+
+@pytest.fixture(params=list(_PLUGINS))
+def any_device(request, fresh_registry, monkeypatch):
+    """Every device whose plugin is installed and which runs here, on the stand-ins the
+    plugins' own tests use (tpu on XLA:CPU, rocm on PoCL without guard mode, unless
+    RLX_TPU_PLATFORM / RLX_ROCM_OPENCL_PLATFORM say otherwise); the rest skip, saying why."""
+    from rlx_core.runtime import registry
+    name = request.param
+    if importlib.util.find_spec(_PLUGINS[name]) is None:
+        pytest.skip(f"the {_PLUGINS[name]} plugin is not installed")
+    if name == "tpu" and not os.environ.get("RLX_TPU_PLATFORM"):
+        monkeypatch.setenv("RLX_TPU_PLATFORM", "cpu")
+    if name == "rocm":
+        monkeypatch.setenv("RLX_ROCM_OPENCL_PLATFORM", os.environ.get("RLX_ROCM_OPENCL_PLATFORM") or "Portable")
+        monkeypatch.setenv("RLX_ROCM_GUARD", "0")  # guard mode checks every run, so it waits for each
+    if not registry().is_available(name):
+        pytest.skip(f"device {name} is not available here")
+    return name

@@ -8,6 +8,7 @@ from .program_cache import ProgramCache, backend_knobs
 from .registry import ENTRY_POINT_GROUP, register_backends, registry, reset_registry
 from .session import CompiledGraph, Outputs, Session, compile_graph
 from .sharding import Sharding
+from .stream import Handle, Pending
 from .trace import Tracer
 
 __all__ = ["CAPABILITIES", "Availability", "Backend", "BackendFactory", "ExecutableGraph", "CompileCache",
@@ -15,4 +16,4 @@ __all__ = ["CAPABILITIES", "Availability", "Backend", "BackendFactory", "Executa
            "DEVICE_PRIORITY", "Device", "device_label", "known_devices", "parse_device", "register_device",
            "PLUGIN_API_VERSION", "hookimpl", "hookspec", "CompileOptions", "PrecisionPolicy", "ENTRY_POINT_GROUP",
            "register_backends", "registry", "reset_registry", "CompiledGraph", "Outputs", "Session",
-           "compile_graph", "Tracer", "Sharding"]
+           "compile_graph", "Tracer", "Sharding", "Handle", "Pending"]

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import PluginError
+from ..errors import CapabilityError, PluginError
 from ..ir.dtypes import DType
 from ..ir.node import Node
 from .device import Device, parse_device
+from .stream import Pending
 
 if TYPE_CHECKING:
     from ..ir.graph import Graph
@@ -28,17 +29,22 @@ if TYPE_CHECKING:
 
 __all__ = ["Availability", "Backend", "ExecutableGraph", "BackendFactory", "CAPABILITIES", "check_supported_ops"]
 
-# Advisory capability names a backend may claim (device_report shows them).
+# Capability names a backend may claim, in the order reports list them: first the
+# original's ExecutableCapabilities (clone ... active_extent, in its order), then this
+# project's. A backend claims one only where its compiled graphs really do it.
 CAPABILITIES = {
-    "clone": "compiled graphs can be cloned cheaply (shared weights)",
+    "clone": "CompiledGraph.clone(): a copy sharing the compiled code, with its own buffers and params",
+    "moe": "mixture-of-experts hooks (resident expert masks, top-k capture)",
+    "persistent_handles": "named host buffers bound once and read back between runs",
+    "gpu_handles": "outputs can stay on the device",
+    "kv_resident": "KV caches stay resident on the device between steps",
     "typed_io": "f16/bf16 inputs and outputs without widening",
+    "async_pipeline": "submit() queues runs on the device and returns before they finish",
+    "active_extent": "a run computes only the active rows of a padded (bucketed) batch",
     "out_buffers": "run(..., out=...) writes into caller buffers without a copy",
     "dlpack": "device arrays in and out through DLPack, no host copy",
-    "gpu_handles": "outputs can stay on the device",
     "control_flow": "if/while/scan run on the device",
     "graph_capture": "a whole run is replayed as one captured device graph",
-    "async_pipeline": "runs can overlap host and device work",
-    "kv_resident": "KV caches stay resident on the device between steps",
     "fused_elementwise": "elementwise chains compile to single kernels",
     "sharding": "one graph compiled over a mesh of devices (CompileOptions(sharding=...))",
 }
@@ -75,6 +81,24 @@ class ExecutableGraph(abc.ABC):
     def set_rng(self, rng: "RngOptions") -> None:
         """Change rng seed/mode for the next runs without recompiling."""
         self.rng = rng
+
+    def submit(self, inputs: Mapping[str, Any]) -> Pending:
+        """Start one run and return without waiting for it (``rlx_core.runtime.stream``).
+
+        ``inputs`` are checked like ``run``'s; the implementation must capture them before
+        returning (the caller may overwrite its arrays at once) and must never let a later
+        submit or run overwrite a result that a pending run will return. The default runs
+        synchronously, so every backend supports ``submit``; a backend that overrides it
+        to queue on its device claims ``async_pipeline``."""
+        return Pending.run_now(self.run, inputs)
+
+    def clone(self) -> "ExecutableGraph":
+        """A copy sharing the compiled code (kernels, programs, plans) but owning its own
+        arena, staging and params (set to this one's current values): runs and
+        ``set_param`` on either never touch the other. Backends that implement it claim
+        ``clone``; the default says it is missing."""
+        raise CapabilityError(f"{type(self).__name__} cannot be cloned (its backend does not claim the 'clone' "
+                              f"capability); compile the graph again instead")
 
 
 class Backend(abc.ABC):

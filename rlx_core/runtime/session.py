@@ -13,8 +13,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import (ArgumentTypeError, BackendOutputError, DeviceUnavailableError, InputError, InputTypeError,
-                      ParamError, RlxError, ShardingError)
+from ..errors import (ArgumentTypeError, BackendOutputError, CapabilityError, DeviceUnavailableError, InputError,
+                      InputTypeError, ParamError, RlxError, ShardingError)
 from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.node import Node
@@ -27,6 +27,7 @@ from .memory_plan import check_fits
 from .options import CompileOptions, PrecisionPolicy
 from .registry import registry
 from .sharding import Sharding
+from .stream import Handle
 
 __all__ = ["Session", "CompiledGraph", "Outputs", "compile_graph", "check_value", "value_from_bytes"]
 
@@ -241,6 +242,37 @@ class CompiledGraph:
         staged fill the rest. ``out`` gives one preallocated host array per output to write
         into. Outputs whose count, dims or dtype disagree with the graph raise
         BackendOutputError (a backend failure: fallback chains try the next device)."""
+        feeds, out = self._feeds(inputs, out)
+        return self._outputs(self.executable.run(feeds, out))
+
+    def submit(self, inputs: "Mapping[str, Any] | Iterable[tuple[str, Any]] | None" = None) -> Handle:
+        """Queue one run and return its :class:`~rlx_core.runtime.stream.Handle` at once:
+        ``handle.done()``, ``handle.wait()`` / ``result()`` -> the ``Outputs`` ``run`` gives.
+        Inputs are checked here (errors raise now) and captured (reuse the arrays at once);
+        an error of the run itself raises at ``wait()``. Backends with ``async_pipeline``
+        queue it on the device, the others run it before returning."""
+        feeds, _ = self._feeds(inputs, None)
+        return Handle(self.executable.submit(feeds), self._outputs)
+
+    def clone(self) -> "CompiledGraph":
+        """A copy that shares the compiled code but owns its buffers and params (starting
+        from this one's values): e.g. one per serving thread, without compiling again.
+        CapabilityError on backends without the ``clone`` capability."""
+        if "clone" not in self.capabilities:
+            raise CapabilityError(f"backend '{self.backend}' ({self.device}) cannot clone a compiled graph "
+                                  f"(no 'clone' capability); compile the graph again instead")
+        twin = CompiledGraph(self.graph, self.executable.clone(), self.device, self.backend, self.options)
+        twin._unset_params = set(self._unset_params)
+        twin._rng = self._rng
+        return twin
+
+    def _outputs(self, results: Sequence[Any]) -> Outputs:
+        return Outputs(self._checked_outputs(results), self.output_names)
+
+    def _feeds(self, inputs, out: Sequence[np.ndarray] | None) -> tuple[dict, list[np.ndarray] | None]:
+        """``run``'s arguments checked: every input (given or staged by this thread) as the
+        backend takes it, params all set, ``out`` valid; this thread's staged inputs are
+        consumed."""
         staged = getattr(self._local, "staged", None)
         feeds = dict(staged) if staged else {}
         given = inputs if type(inputs) is dict else _feed_dict(inputs)
@@ -271,7 +303,7 @@ class CompiledGraph:
             out = self._check_out(out)
         if staged:
             staged.clear()
-        return Outputs(self._checked_outputs(self.executable.run(feeds, out)), self.output_names)
+        return feeds, out
 
     def __call__(self, inputs=None, **kw):
         return self.run(inputs, **kw)

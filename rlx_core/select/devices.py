@@ -63,6 +63,7 @@ from ..errors import DeviceUnavailableError, PluginError, PolicyError
 from ..ir.graph import Graph
 from ..passes.legalize import unsupported_nodes
 from ..passes.precision import apply_precision
+from ..runtime.backend import CAPABILITIES
 from ..runtime.device import Device, known_devices, parse_device
 from ..runtime.options import CompileOptions
 from ..runtime.registry import BackendEntry, install_hint, registry
@@ -73,7 +74,8 @@ from .policy import DevicePolicy
 if TYPE_CHECKING:
     from .cost import GraphCost
 
-__all__ = ["Blocker", "DeviceCandidate", "available_devices", "is_available", "blocker_for", "devices_for",
+__all__ = ["Blocker", "DeviceCandidate", "advisory_capabilities", "ordered_capabilities", "available_devices",
+           "is_available", "blocker_for", "devices_for",
            "rank_devices", "estimate_device_ns", "fastest_device_for", "resolve_device", "device_report",
            "nothing_viable_error", "checked_hint", "requested_device", "TIE_TOLERANCE", "FULL",
            "CHEAP", "DevicePick", "pick_device", "software_detail", "is_software", "software_status",
@@ -154,6 +156,28 @@ def _entry(device: Device) -> BackendEntry | None:
         return registry().entry(device)
     except DeviceUnavailableError:
         return None
+
+
+def advisory_capabilities(device: "Device | str") -> tuple[str, ...]:
+    """The capability names (``rlx_core.runtime.CAPABILITIES``, in its order: the
+    original's ``clone, moe, persistent_handles, gpu_handles, kv_resident, typed_io,
+    async_pipeline, active_extent`` first) that the backend serving ``device`` claims for
+    the graphs it compiles; empty where no plugin serves it. Advisory: a compiled
+    graph's ``capabilities`` are the truth (e.g. wgpu on a unified-memory adapter cannot
+    queue runs, so its executables drop ``async_pipeline``)."""
+    entry = _entry(parse_device(device))
+    if entry is None:
+        return ()
+    try:
+        return ordered_capabilities(entry.get().advisory_capabilities())
+    except PluginError:
+        return ()
+
+
+def ordered_capabilities(names) -> tuple[str, ...]:
+    """``names`` in the order of ``CAPABILITIES`` (unknown names last, sorted)."""
+    known = [c for c in CAPABILITIES if c in names]
+    return tuple(known + sorted(set(names) - set(known)))
 
 
 def is_available(device: "Device | str", probe: str = FULL) -> bool:
@@ -502,10 +526,7 @@ def _row(dev: Device, block: Blocker | None, graph: Graph | None, recommended: b
     caps, detail, software = (), "", None
     if entry is not None:
         if entry.backend is not None or kind not in (UNREGISTERED, UNAVAILABLE):
-            try:
-                caps = tuple(sorted(entry.get().advisory_capabilities()))
-            except PluginError:
-                caps = ()
+            caps = advisory_capabilities(dev)
         avail = entry.availability(full=probe == FULL)  # (after creating it: a cheap probe may say more)
         detail = avail.reason  # (the full probe names the adapter)
         software = software_status(dev, probe) if avail.ok else None

@@ -63,22 +63,40 @@ class CpuExecutable(ExecutableGraph):
     def __init__(self, graph: Graph, options: CompileOptions, extra_kernels: Mapping[str, Any]):
         self.graph = graph
         self.options = options
-        self.rng = options.rng
         self._extra = dict(extra_kernels)
-        self._lock = threading.Lock()
-        self._subexec: dict[int, CpuExecutable] = {}
-        self._ctx = _StepContext(self)
-        self._tracer = Tracer(graph.name, "cpu") if options.tracing else None
-        alignment = int(options.backend.get("arena_alignment", DEFAULT_ALIGNMENT))
+        self._alignment = int(options.backend.get("arena_alignment", DEFAULT_ALIGNMENT))
         fuse = bool(options.backend.get("fusion", not options.tracing))
         steps = split_unprofitable(graph, schedule(graph, overridden=self._extra, fuse=fuse))
         scratch = [[] if s.kind in self._extra else scratch_shapes(s, graph) for s in steps]
-        self.plan = plan_memory(graph, steps, scratch, alignment)
-        self.arena = _aligned_bytes(self.plan.size, alignment)
+        self.plan = plan_memory(graph, steps, scratch, self._alignment)
+        self._instantiate(options.rng, {})
+
+    def clone(self) -> "CpuExecutable":
+        """A copy sharing the compiled schedule, memory plan and kernels (nothing is
+        scheduled, measured or jitted again), with its own arena, params (copied from
+        this one's) and bound runs; control-flow bodies compiled so far are cloned too."""
+        twin = object.__new__(CpuExecutable)
+        twin.graph, twin.options, twin._extra, twin._alignment, twin.plan = \
+            self.graph, self.options, self._extra, self._alignment, self.plan
+        with self._lock:
+            twin._instantiate(self.rng, {key: sub.clone() for key, sub in self._subexec.items()})
+            for name, value in self._params.items():
+                np.copyto(twin._params[name], value)
+        return twin
+
+    def _instantiate(self, rng, subexec: dict) -> None:
+        """What each executable owns over the (shareable) plan: its arena and param
+        buffers, its runs bound to them, its lock, rng and control-flow bodies."""
+        self.rng = rng
+        self._lock = threading.Lock()
+        self._subexec: dict[int, CpuExecutable] = subexec
+        self._ctx = _StepContext(self)
+        self._tracer = Tracer(self.graph.name, "cpu") if self.options.tracing else None
+        self.arena = _aligned_bytes(self.plan.size, self._alignment)
         self._buffers = self._bind_buffers()
         arrays = self._bind_views(self._buffers)
-        self._params = {n.attrs["name"]: arrays[Ref(n.id)] for n in graph.param_nodes}
-        self._outputs = [arrays[r] for r in graph.outputs]
+        self._params = {n.attrs["name"]: arrays[Ref(n.id)] for n in self.graph.param_nodes}
+        self._outputs = [arrays[r] for r in self.graph.outputs]
         self._load = machine_load()
         self._runs = _Runs(self._steps_of(arrays), self._tracer)
         self._direct = self._direct_outputs()

@@ -27,8 +27,8 @@ class CudaBackend(Backend):
         return support.check_node(node)
 
     def advisory_capabilities(self) -> frozenset[str]:
-        return frozenset({"dlpack", "gpu_handles", "control_flow", "fused_elementwise", "graph_capture",
-                          "out_buffers", "typed_io"})
+        return frozenset({"gpu_handles", "typed_io", "async_pipeline", "out_buffers", "dlpack", "control_flow",
+                          "fused_elementwise", "graph_capture"})
 
     def compile(self, graph: Graph, options: CompileOptions):
         from .executable import CudaExecutable

@@ -33,7 +33,7 @@ from rlx_core.errors import InputError, RlxError
 from rlx_core.ir import DType, Graph, Ref
 from rlx_core.reference import evaluate
 from rlx_core.rng import RngOptions, combine_seed
-from rlx_core.runtime import CompileOptions, ExecutableGraph, PrecisionPolicy, Tracer
+from rlx_core.runtime import CompileOptions, ExecutableGraph, Pending, PrecisionPolicy, Tracer
 
 from .dtypes import storage_np
 from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
@@ -46,6 +46,7 @@ __all__ = ["CudaExecutable", "OUTPUT_MODES"]
 
 log = logging.getLogger("rlx.cuda")
 OUTPUT_MODES = ("numpy", "cupy", "torch")
+_SUBMIT_DEPTH = 4  # submitted runs in flight per executable (each holds a pinned staging slot)
 _KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "fold_views", "attention", "attention_splits",
                   "attention_scores_bytes"}
 
@@ -127,6 +128,10 @@ class CudaExecutable(ExecutableGraph):
             all(cap for _, cap, _ in self._bound)
         self._graph = None
         self._staging: Staging | None = None  # made by the first run (control-flow bodies never need it)
+        self._ring: list[Staging] = []  # submit's staging slots, made by the first submit
+        self._next_slot = 0
+        self._owners: dict[Staging, Pending] = {}  # slot -> the queued run whose outputs it holds
+        self._queued = None  # (event, stream) of the last submitted run, until it is seen done
         self._runs = 0
         self.capture_error: str | None = None
         self._tracer = Tracer(graph.name, "cuda") if options.tracing else None
@@ -143,7 +148,8 @@ class CudaExecutable(ExecutableGraph):
 
     @property
     def capabilities(self) -> frozenset[str]:
-        caps = {"dlpack", "gpu_handles", "control_flow", "fused_elementwise", "out_buffers", "typed_io"}
+        caps = {"gpu_handles", "typed_io", "async_pipeline", "out_buffers", "dlpack", "control_flow",
+                "fused_elementwise"}
         if self.capture_enabled:
             caps.add("graph_capture")
         return frozenset(caps)
@@ -223,11 +229,74 @@ class CudaExecutable(ExecutableGraph):
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
         with self._lock, self.rt.device:
             if self._staging is None:
-                self._staging = Staging(self.rt, self.arena.ptr, self.plan.input_bytes, self._inputs,
-                                        self._outputs, self._write)
+                self._staging = self._new_staging()
+            if self._queued is not None:
+                self._after_queued()
             self._staging.write_inputs(inputs)
             self._execute()
             return self._read_outputs(out)
+
+    def submit(self, inputs: Mapping[str, Any]) -> Pending:
+        """The run queued on CuPy's current stream, not waited for. Each queued run has a
+        staging slot of its own (pinned input mirror and output buffer, see
+        ``rlx_cuda.staging``): host inputs are copied into its mirror here (captured), and
+        its outputs are copied out of the arena into its buffer right after its kernels,
+        in stream order, so the next run cannot overwrite them. A run queued on another
+        stream waits (on the device) for the previous one. With ``_SUBMIT_DEPTH`` runs in
+        flight, the oldest is settled (waited for, outputs copied to fresh arrays) to free
+        its slot. Torch/CuPy outputs are fresh device copies, ordered on the stream."""
+        if self._tracer is not None:  # a traced run synchronizes each step: nothing to queue
+            return super().submit(inputs)
+        cp = self.cp
+        with self._lock, self.rt.device:
+            if self._staging is None:
+                self._staging = self._new_staging()
+            if self._queued is not None:
+                self._after_queued()
+            slot = self._free_slot()
+            slot.write_inputs(inputs)
+            self._execute()
+            stream = cp.cuda.get_current_stream()
+            if self.output_mode == "numpy":
+                slot.send_outputs()
+                done = slot.sent
+                dtypes = [shape.dtype.np for shape in self._out_dtypes]
+                pending = Pending(lambda: done.done, lambda: slot.take_outputs(dtypes))
+            else:
+                results = self._read_outputs(None)
+                done = cp.cuda.Event(block=False, disable_timing=True)
+                done.record(stream)
+                pending = Pending(lambda: done.done, lambda: _synchronized(done, results))
+            self._owners[slot] = pending
+            self._queued = (done, stream)
+            return pending
+
+    def _new_staging(self) -> Staging:
+        return Staging(self.rt, self.arena.ptr, self.plan.input_bytes, self._inputs, self._outputs, self._write)
+
+    def _free_slot(self) -> Staging:
+        """The next staging slot of the submit ring, its previous run settled first."""
+        if not self._ring:
+            self._ring = [self._new_staging() for _ in range(_SUBMIT_DEPTH)]
+        slot = self._ring[self._next_slot]
+        self._next_slot = (self._next_slot + 1) % len(self._ring)
+        owner = self._owners.pop(slot, None)
+        if owner is not None:
+            try:
+                owner.wait()  # its outputs move to fresh arrays; an error stays for its own wait()
+            except Exception:
+                pass
+        return slot
+
+    def _after_queued(self) -> None:
+        """Order this run after the last queued one when it runs on another stream (they
+        share the arena); nothing to do on the same stream or once that run is done."""
+        done, stream = self._queued
+        current = self.cp.cuda.get_current_stream()
+        if done.done:
+            self._queued = None
+        elif current.ptr != stream.ptr:
+            current.wait_event(done)
 
     def run_device(self, args: Sequence[Any]) -> list[Any]:
         """Run on device arrays bound to the inputs by position; returns arena views
@@ -311,6 +380,12 @@ class CudaExecutable(ExecutableGraph):
             exe = CudaExecutable(graph, CompileOptions(rng=self.rng, backend=backend), self.rt)
             self._subexec[id(graph)] = exe
         return exe
+
+
+def _synchronized(event, results: list[Any]) -> list[Any]:
+    """``results`` once ``event`` (recorded after they were written) has completed."""
+    event.synchronize()
+    return results
 
 
 def _fused_attention(steps) -> bool:

@@ -57,6 +57,7 @@ class Staging:
         out_host = np.frombuffer(self._out_mem, np.uint8, total)
         self._out_host = [_host_view(out_host, off, arr) for off, arr in zip(offsets, self._outputs)]
         self._uploaded = cp.cuda.Event(block=False, disable_timing=True)
+        self.sent = cp.cuda.Event(block=False, disable_timing=True)
         self._upload_pending = False
 
     # --- inputs -------------------------------------------------------------------------
@@ -118,11 +119,21 @@ class Staging:
     def read_numpy(self, dtypes: Sequence[np.dtype], out: Sequence[np.ndarray] | None) -> list[np.ndarray]:
         """Every output to the host with one async copy each and one synchronize; fresh
         arrays (a later run never overwrites them), or ``out``'s arrays."""
+        self.send_outputs()
+        return self.take_outputs(dtypes, out)
+
+    def send_outputs(self) -> None:
+        """Enqueue every output's copy into this staging's pinned buffer, then record the
+        event :meth:`take_outputs` waits for (``sent``: polled by a submitted run)."""
         stream = self.cp.cuda.get_current_stream()
         for src, host in zip(self._outputs, self._out_host):
             if src.nbytes:
                 self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, src.data.ptr, src.nbytes, _D2H, stream.ptr)
-        stream.synchronize()
+        self.sent.record(stream)
+
+    def take_outputs(self, dtypes: Sequence[np.dtype], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """The outputs :meth:`send_outputs` sent, once they landed."""
+        self.sent.synchronize()
         self._upload_pending = False
         if out is not None:
             for dst, host in zip(out, self._out_host):

@@ -18,8 +18,10 @@ evaluation started (``mx.async_eval``) but not waited for.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
-from functools import partial
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache, partial
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -27,7 +29,7 @@ import numpy as np
 from rlx_core.errors import InputError
 from rlx_core.ir import Graph
 from rlx_core.rng import RngOptions
-from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
+from rlx_core.runtime import CompileOptions, ExecutableGraph, Pending, Tracer
 
 from .lowering import (CONTROL_KINDS, RNG_KINDS, LowerContext, _lower_node, from_numpy, mx_dtype, to_numpy,
                        trace_graph, trace_nodes)
@@ -289,7 +291,8 @@ class Program:
 class MlxExecutable(ExecutableGraph):
     """A program plus this compiled graph's params, rng options and output kind."""
 
-    capabilities = frozenset({"typed_io", "out_buffers", "gpu_handles", "fused_elementwise"})
+    capabilities = frozenset({"clone", "gpu_handles", "typed_io", "async_pipeline", "out_buffers",
+                              "fused_elementwise"})
 
     def __init__(self, program: Program, name: str, options: CompileOptions, outputs: str):
         self.program = program
@@ -348,6 +351,42 @@ class MlxExecutable(ExecutableGraph):
             for dst, res in zip(out, results):
                 np.copyto(dst, res if isinstance(res, np.ndarray) else to_numpy(res))
             return list(out)
+        return self._returned(results)
+
+    def submit(self, inputs: Mapping[str, Any]) -> Pending:
+        """``mx.async_eval``: the run's graph is built and queued on MLX's stream, and a
+        waiter thread waits for it (MLX cannot be polled), so ``done`` is that wait's end.
+        Numpy inputs are copied into MLX arrays (or, for values MLX cannot hold, copied)."""
+        if self._tracer is not None:  # a traced run waits for its program: no queue to keep
+            return super().submit(inputs)
+        import mlx.core as mx
+        held = self.program.host_names
+        with GPU_RUNS if self.program.device_kind == "gpu" else contextlib.nullcontext():
+            feeds = [np.array(inputs[name]) if name in held else self._to_mlx(f"input '{name}'", inputs[name])
+                     for name in self.program.input_names]
+            results = self.program.run(self._param_args, feeds, self.rng)
+            on_device = [r for r in results if isinstance(r, mx.array)]
+            mx.async_eval(on_device)
+        # mx.eval of arrays async_eval scheduled only waits for their events: no encoder use
+        evaluated = _waiter().submit(mx.eval, on_device)
+
+        def finish() -> list[Any]:
+            evaluated.result()  # (raises what the evaluation raised)
+            return self._returned(results)
+        return Pending(evaluated.done, finish)
+
+    def clone(self) -> "MlxExecutable":
+        """A copy running the same program. Its params start as this one's MLX arrays,
+        which no run writes (``set_param`` on either replaces its own entry), so they are
+        shared without a copy until one side sets a new value."""
+        twin = copy.copy(self)
+        twin._tracer = Tracer(self.name, "mlx") if self._tracer is not None else None
+        return twin
+
+    def _returned(self, results) -> list[Any]:
+        """Evaluated results as ``run`` returns them: MLX arrays, or read-only numpy views."""
+        if self.outputs == "mlx":
+            return list(results)
         return [r if isinstance(r, np.ndarray) else _read_only(to_numpy(r)) for r in results]
 
     # --- helpers ----------------------------------------------------------------------
@@ -365,6 +404,12 @@ class MlxExecutable(ExecutableGraph):
                 raise InputError(f"{what}: cannot read {type(value).__name__} as an array ({e}); "
                                  f"pass a numpy or MLX array") from None
         return from_numpy(value)
+
+
+@lru_cache(maxsize=1)
+def _waiter() -> ThreadPoolExecutor:
+    """The one thread that waits for submitted runs, in submission order."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlx-mlx-wait")
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:

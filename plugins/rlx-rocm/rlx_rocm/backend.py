@@ -36,7 +36,8 @@ class RocmBackend(Backend):
         return check_node(node, self._fp64())
 
     def advisory_capabilities(self) -> frozenset[str]:
-        return frozenset({"fused_elementwise", "out_buffers", "control_flow"})
+        from .executable import RocmExecutable
+        return RocmExecutable.capabilities
 
     def compile(self, graph: Graph, options: CompileOptions):
         from .executable import RocmExecutable

@@ -24,7 +24,7 @@ from rlx_core.errors import DeviceError, RlxError
 from rlx_core.ir import Graph, Ref
 from rlx_core.passes.fusion import value_lifetimes
 from rlx_core.reference import RefContext, run_node
-from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
+from rlx_core.runtime import CompileOptions, ExecutableGraph, Pending, Tracer
 from rlx_core.runtime.arena import place
 
 from .codegen import GENERATORS, KernelContext, fused_kernel, preamble
@@ -56,7 +56,7 @@ def check_options(options: Mapping) -> None:
 
 
 class RocmExecutable(ExecutableGraph):
-    capabilities = frozenset({"fused_elementwise", "out_buffers", "control_flow"})
+    capabilities = frozenset({"async_pipeline", "out_buffers", "control_flow", "fused_elementwise"})
 
     def __init__(self, graph: Graph, options: CompileOptions, dev):
         check_options(options.backend)
@@ -228,27 +228,52 @@ class RocmExecutable(ExecutableGraph):
         self.rng = rng
 
     def run(self, inputs: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
-        cl, q = self.cl, self.queue
         with self._lock:
-            # The events of host copies are kept until the wait: pyopencl's event of a
-            # non-blocking host copy holds the host array and waits for the copy when dropped.
-            events = []
-            for name, (offset, nbytes) in self._inputs:
-                if nbytes:
-                    data = np.ascontiguousarray(inputs[name])
-                    events.append(cl.enqueue_copy(q, self.arena, data, dst_offset=offset, is_blocking=False))
-            self.enqueue()
-            results = list(out) if out is not None else [np.empty(s.dims, s.dtype.np) for _, s in self._outputs]
-            for ((offset, nbytes), _), dest in zip(self._outputs, results):
-                if nbytes:
-                    events.append(cl.enqueue_copy(q, dest, self.arena, src_offset=offset, is_blocking=False))
-            q.finish()
+            events, results = self._enqueue_run(inputs, out, copy_inputs=False)
+            self.queue.finish()
             del events
             if self._gaps is not None:
                 self.check_guard()
             if self._tracer is not None:
                 self._tracer.end_run()
             return results
+
+    def submit(self, inputs: Mapping[str, np.ndarray]) -> Pending:
+        """The run enqueued (inputs copied first: the device reads them later) and flushed,
+        not waited for. The queue is in order, so a later run or submit starts writing
+        the arena only after this one's outputs were copied out into arrays of its own.
+        Guard mode and traced runs wait (they check or time each run)."""
+        if self._gaps is not None or self._tracer is not None:
+            return super().submit(inputs)
+        cl = self.cl
+        with self._lock:
+            events, results = self._enqueue_run(inputs, None, copy_inputs=True)
+            marker = cl.enqueue_marker(self.queue)
+            self.queue.flush()
+
+        def finish() -> list[np.ndarray]:
+            marker.wait()
+            events.clear()
+            return results
+        return Pending(lambda: marker.command_execution_status <= cl.command_execution_status.COMPLETE, finish)
+
+    def _enqueue_run(self, inputs, out, copy_inputs: bool) -> tuple[list, list[np.ndarray]]:
+        """Enqueue a run: input copies, every step, output copies into ``out`` or new
+        arrays. The events of host copies must be kept until the run is waited for:
+        pyopencl's event of a non-blocking host copy holds the host array and waits for
+        the copy when dropped."""
+        cl, q = self.cl, self.queue
+        events = []
+        for name, (offset, nbytes) in self._inputs:
+            if nbytes:
+                data = np.array(inputs[name], order="C") if copy_inputs else np.ascontiguousarray(inputs[name])
+                events.append(cl.enqueue_copy(q, self.arena, data, dst_offset=offset, is_blocking=False))
+        self.enqueue()
+        results = list(out) if out is not None else [np.empty(s.dims, s.dtype.np) for _, s in self._outputs]
+        for ((offset, nbytes), _), dest in zip(self._outputs, results):
+            if nbytes:
+                events.append(cl.enqueue_copy(q, dest, self.arena, src_offset=offset, is_blocking=False))
+        return events, results
 
 
 def _gaps(regions: Mapping, size: int) -> list[tuple[int, int]]:

@@ -21,6 +21,7 @@ writable copy). Every run returns new arrays; none is ever overwritten by a late
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -29,7 +30,7 @@ import numpy as np
 from rlx_core.errors import InputError
 from rlx_core.ir import Graph
 from rlx_core.rng import RngOptions
-from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
+from rlx_core.runtime import CompileOptions, ExecutableGraph, Pending, Tracer
 
 from .lowering import LowerContext, draws_random, trace_graph
 from .lowering.random import RngState
@@ -108,8 +109,8 @@ class Program:
 class TpuExecutable(ExecutableGraph):
     """A program plus this compiled graph's params, rng seed and output kind."""
 
-    capabilities = frozenset({"typed_io", "out_buffers", "dlpack", "gpu_handles", "control_flow",
-                              "fused_elementwise", "sharding"})
+    capabilities = frozenset({"clone", "gpu_handles", "typed_io", "async_pipeline", "out_buffers", "dlpack",
+                              "control_flow", "fused_elementwise", "sharding"})
 
     def __init__(self, program: Program, name: str, options: CompileOptions, outputs: str):
         self.program = program
@@ -150,9 +151,34 @@ class TpuExecutable(ExecutableGraph):
             for dst, res in zip(out, results):
                 np.copyto(dst, np.asarray(res))
             return list(out)
-        if self.outputs == "jax":
-            return list(results)
-        return [np.asarray(res) for res in results]
+        return self._returned(results)
+
+    def submit(self, inputs: Mapping[str, Any]) -> Pending:
+        """XLA's async dispatch: the program is queued and its (new, immutable) arrays
+        returned at once; ``done`` is their ``is_ready()``. Numpy inputs are copied first
+        (XLA may read or alias a host array after the call returns), other DLPack arrays
+        imported as copies; JAX arrays are immutable already."""
+        if self._tracer is not None:  # a traced run waits for its program: no queue to keep
+            return super().submit(inputs)
+        import jax
+        executable = self.program.executable(self.rng.mode)
+        with self.program.run_scope():
+            feeds = tuple(self._on_device(name, self._captured(name, inputs[name]), where)
+                          for name, where in zip(self.program.input_names, self.program.input_shardings))
+            try:
+                results = executable(self._param_args, feeds, self._seed)
+            except Exception as e:  # XLA:CPU runs small programs inline: their failure is the run's
+                return Pending.failed(e)
+        return Pending(lambda: all(r.is_ready() for r in results),
+                       lambda: self._returned(jax.block_until_ready(results)))
+
+    def clone(self) -> "TpuExecutable":
+        """A copy running the same compiled program. Its params start as this one's device
+        arrays, which XLA never writes (``set_param`` on either replaces its own entry),
+        so they are shared without a copy until one side sets a new value."""
+        twin = copy.copy(self)
+        twin._tracer = Tracer(self.name, "tpu") if self._tracer is not None else None
+        return twin
 
     def hlo(self) -> str:
         """The optimized HLO XLA compiled for this graph's rng mode: on a mesh, where the
@@ -160,6 +186,19 @@ class TpuExecutable(ExecutableGraph):
         return self.program.executable(self.rng.mode).as_text()
 
     # --- helpers ----------------------------------------------------------------------
+    def _returned(self, results) -> list[Any]:
+        """A run's results as it returns them: the JAX arrays, or numpy arrays."""
+        if self.outputs == "jax":
+            return list(results)
+        return [np.asarray(res) for res in results]
+
+    def _captured(self, name: str, value: Any) -> Any:
+        """An input no caller can change after ``submit`` returns."""
+        import jax
+        if isinstance(value, np.ndarray):
+            return np.array(value)
+        return value if isinstance(value, jax.Array) else self._import(f"input '{name}'", value, copy=True)
+
     def _traced_call(self, executable, feeds):
         import jax
         with self._tracer.span(f"{self.name} (one XLA program)", "program"):

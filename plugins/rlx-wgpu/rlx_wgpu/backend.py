@@ -59,7 +59,12 @@ class DeviceBackend(Backend):
         return check_node(node, self.gpu)
 
     def advisory_capabilities(self) -> frozenset[str]:
+        """The executable's capabilities, less ``async_pipeline`` for a spec that maps its
+        arena where the adapter allows (``unified_memory``, e.g. metal on Apple silicon):
+        such runs write and read the idle arena through a mapping, so submit waits."""
         from .executable import WgpuExecutable
+        if self.device_spec().unified_memory:
+            return WgpuExecutable.capabilities - {"async_pipeline"}
         return WgpuExecutable.capabilities
 
     def overrides(self, graph: Graph, options: CompileOptions):

@@ -26,7 +26,7 @@ from rlx_core.errors import DeviceError
 from rlx_core.ir import Graph, Ref
 from rlx_core.passes.fusion import value_lifetimes
 from rlx_core.reference import RefContext, run_node
-from rlx_core.runtime import CompileOptions, ExecutableGraph, Tracer
+from rlx_core.runtime import CompileOptions, ExecutableGraph, Pending, Tracer
 
 from .codegen import GENERATORS, KernelContext, fused_kernel
 from .codegen.wgsl import WORKGROUP, grid, linear_id, shader, u32
@@ -41,7 +41,7 @@ __all__ = ["WgpuExecutable"]
 
 
 class WgpuExecutable(ExecutableGraph):
-    capabilities = frozenset({"fused_elementwise", "out_buffers", "control_flow"})
+    capabilities = frozenset({"async_pipeline", "out_buffers", "control_flow", "fused_elementwise"})
 
     def __init__(self, graph: Graph, options: CompileOptions, gpu, overrides=None):
         self.graph = graph
@@ -62,6 +62,8 @@ class WgpuExecutable(ExecutableGraph):
         self._sizes = {it.key: it.nbytes for it in items}
         self._offsets, self.arena_bytes = plan(items, gpu.alignment)
         self.mapped = bool(getattr(gpu, "unified_memory", False))  # the arena is host-mappable
+        if self.mapped:  # runs map the idle arena: submit cannot queue
+            self.capabilities = WgpuExecutable.capabilities - {"async_pipeline"}
         self.arena = gpu.storage_buffer(self.arena_bytes, f"arena of graph '{graph.name}'", mappable=self.mapped)
         for ref, value in self._constants.items():
             self.write(ref, to_device(value, graph.shape_of(ref).dtype))
@@ -70,6 +72,7 @@ class WgpuExecutable(ExecutableGraph):
         self._params = {n.attrs["name"]: Ref(n.id) for n in graph.param_nodes}
         self._inputs = {n.attrs["name"]: Ref(n.id) for n in graph.input_nodes}
         self._readback, self._readback_at = self._readback_plan()
+        self._spare: list = []  # readback buffers of waited submits, for the next ones
         self._tracer = Tracer(graph.name, gpu.profile.label) if options.tracing else None
         self.last_submits = 0  # queue submits of the latest run (1 unless control flow reads a condition)
 
@@ -227,18 +230,45 @@ class WgpuExecutable(ExecutableGraph):
         with self._lock:
             if self.mapped:
                 return self._run_mapped(inputs, out)
-            for name, ref in self._inputs.items():
-                self.write(ref, to_device(inputs[name], self.graph.shape_of(ref).dtype))
-            ctx = Encoder(self.gpu)
-            self.encode(ctx)
-            for ref, at in zip(self.graph.outputs, self._readback_at):
-                offset, nbytes = self.region(ref)
-                ctx.copy(self.arena, offset, self._readback, at, nbytes)
-            ctx.flush()
-            self.last_submits = ctx.submits
+            self._submit_run(inputs, self._readback)
             if self._tracer is not None:
                 self._tracer.end_run()
-            return self._read_outputs(out)
+            return self._read_outputs(self._readback, out)
+
+    def submit(self, inputs: Mapping[str, np.ndarray]) -> Pending:
+        """The run submitted to the queue with its outputs copied into a readback buffer
+        of its own (kept in a pool), mapped when waited for. ``queue.write_buffer`` takes
+        the inputs at the call, and the queue runs in order, so a later run or submit
+        writes the arena only after this one's outputs were copied out. A mapped arena
+        (unified memory) and traced runs wait: their inputs are written through a
+        mapping of the idle arena, or each step is timed."""
+        if self.mapped or self._tracer is not None:
+            return super().submit(inputs)
+        with self._lock:
+            buf = self._spare.pop() if self._spare else self.gpu.readback_buffer(self._readback.size)
+            self._submit_run(inputs, buf)
+            mapping = buf.map_async("READ")
+
+        def finish() -> list[np.ndarray]:
+            mapping.sync_wait()
+            results = self._read_outputs(buf, None, mapped=True)
+            with self._lock:
+                self._spare.append(buf)
+            return results
+        return Pending(lambda: _settled(mapping), finish)
+
+    def _submit_run(self, inputs: Mapping[str, np.ndarray], readback) -> None:
+        """Write the inputs, encode every step and the output copies into ``readback``,
+        and submit (a non-mapped arena)."""
+        for name, ref in self._inputs.items():
+            self.write(ref, to_device(inputs[name], self.graph.shape_of(ref).dtype))
+        ctx = Encoder(self.gpu)
+        self.encode(ctx)
+        for ref, at in zip(self.graph.outputs, self._readback_at):
+            offset, nbytes = self.region(ref)
+            ctx.copy(self.arena, offset, readback, at, nbytes)
+        ctx.flush()
+        self.last_submits = ctx.submits
 
     def _run_mapped(self, inputs, out):
         """A run on a mapped arena: inputs written in place, outputs read in place."""
@@ -251,9 +281,10 @@ class WgpuExecutable(ExecutableGraph):
             self._tracer.end_run()
         return results
 
-    def _read_outputs(self, out):
-        buf = self._readback
-        buf.map_sync(self.gpu.wgpu.MapMode.READ)
+    def _read_outputs(self, buf, out, mapped: bool = False):
+        """The outputs from readback buffer ``buf`` (mapped here unless ``mapped``), unmapped after."""
+        if not mapped:
+            buf.map_sync(self.gpu.wgpu.MapMode.READ)
         try:
             raw = buf.read_mapped(copy=False)
             shapes = self.graph.output_shapes
@@ -261,6 +292,13 @@ class WgpuExecutable(ExecutableGraph):
                     for i, (ref, at, shape) in enumerate(zip(self.graph.outputs, self._readback_at, shapes))]
         finally:
             buf.unmap()
+
+
+def _settled(promise) -> bool:
+    """Whether a wgpu promise has its outcome (wgpu-py's poll thread sets it; the state is
+    not public: a promise without one counts as settled, so that polling ends and
+    ``sync_wait`` does the waiting)."""
+    return getattr(promise, "_state", "settled") != "pending"
 
 
 def _constant_value(node) -> np.ndarray:
