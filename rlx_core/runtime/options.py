@@ -60,7 +60,10 @@ class CompileOptions:
     (documented by each plugin); unknown keys are the plugin's to reject. ``sharding``
     spreads the graph over a mesh of devices (``rlx_core.runtime.sharding``; a mapping
     of axis sizes means data parallel over its first axis); backends without the
-    ``sharding`` capability reject it at compile time.
+    ``sharding`` capability reject it at compile time. ``passes`` picks the graph
+    passes run before the backend compiles (``rlx_core.passes.pipeline``): None follows
+    ``RLX_PASSES`` (default all), ``"none"`` turns them off, else pass names or
+    ``-name`` entries; the backend compiles (and caches by) the graph they produce.
     """
 
     precision: PrecisionPolicy = PrecisionPolicy.DECLARED
@@ -68,6 +71,7 @@ class CompileOptions:
     trace: bool | None = None
     backend: Mapping[str, Any] = field(default_factory=dict)
     sharding: Sharding | None = None
+    passes: str | tuple[str, ...] | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "precision", PrecisionPolicy.of(self.precision))
@@ -76,6 +80,11 @@ class CompileOptions:
         object.__setattr__(self, "backend", MappingProxyType(dict(self.backend)))
         if self.sharding is not None:
             object.__setattr__(self, "sharding", Sharding.of(self.sharding))
+        if self.passes is not None:
+            from ..passes.pipeline import enabled_passes
+            enabled_passes(self.passes)  # a bad value fails here, naming it
+            if not isinstance(self.passes, str):
+                object.__setattr__(self, "passes", tuple(self.passes))
 
     @property
     def tracing(self) -> bool:

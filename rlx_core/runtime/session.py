@@ -1,6 +1,7 @@
 """``Session(device).compile(graph) -> CompiledGraph``: the user's handle on a backend.
 
-Compilation runs verify -> precision policy -> legalize -> backend compile. The
+Compilation runs verify -> graph passes (``rlx_core.passes.pipeline``; ``explain()``
+says what they changed) -> precision policy -> legalize -> backend compile. The
 ``CompiledGraph`` validates every name, dims and dtype that crosses it, so backends
 only ever see well-formed data, and users get an ``InputError``/``ParamError`` that
 names the culprit instead of a failure deep inside a kernel.
@@ -19,6 +20,7 @@ from ..ir.dtypes import DType
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..passes.legalize import legalize_for_backend
+from ..passes.pipeline import PassReport, optimize
 from ..passes.precision import apply_precision
 from ..rng import RngOptions
 from .backend import Backend, ExecutableGraph
@@ -129,14 +131,17 @@ def compile_graph(backend: Backend, graph: Graph, options: CompileOptions, devic
         raise ShardingError(f"backend '{backend.name}' ({backend.device}) cannot shard a graph over devices; "
                             f"CompileOptions(sharding=...) / Session(mesh=...) needs a backend with the "
                             f"'sharding' capability (tpu)")
-    lowered = apply_precision(graph, options.precision)
+    optimized, report = optimize(graph, options.passes)
+    lowered = apply_precision(optimized, options.precision)
     legalize_for_backend(lowered, backend, registry().op_kernels(backend.name))
     check_fits(lowered, backend, device or backend.device)
     exe = backend.compile(lowered, options)
     if not isinstance(exe, ExecutableGraph):
         raise RlxError(f"backend '{backend.name}' returned {type(exe).__name__} from compile, "
                        f"not an ExecutableGraph")
-    return CompiledGraph(graph, exe, device or backend.device, backend.name, options)
+    compiled = CompiledGraph(graph, exe, device or backend.device, backend.name, options)
+    compiled.pass_report = report
+    return compiled
 
 
 def require_graph(graph: Any, where: str) -> None:
@@ -199,6 +204,15 @@ class CompiledGraph:
     @property
     def rng(self) -> RngOptions:
         return self._rng
+
+    pass_report: "PassReport | None" = None  # set by compile_graph
+
+    def explain(self) -> str:
+        """What each graph pass changed before the backend compiled the graph (pass name,
+        node counts, nodes removed, rewritten or fused, named as ``Graph.describe`` does)."""
+        if self.pass_report is None:
+            return f"graph '{self.graph.name}': compiled without the graph passes"
+        return self.pass_report.text()
 
     def __repr__(self) -> str:
         return (f"CompiledGraph('{self.graph.name}' on {self.device} via {self.backend}, "
@@ -264,6 +278,7 @@ class CompiledGraph:
         twin = CompiledGraph(self.graph, self.executable.clone(), self.device, self.backend, self.options)
         twin._unset_params = set(self._unset_params)
         twin._rng = self._rng
+        twin.pass_report = self.pass_report
         return twin
 
     def _outputs(self, results: Sequence[Any]) -> Outputs:
