@@ -14,12 +14,18 @@ does not import on Linux without one of them.
 On the CPU device f64 values run (MLX computes float64 only there); on GPUs they are
 rejected at compile time. Nothing here imports MLX at module import time: the entry
 point stays cheap.
+
+MLX builds code into folders under the temporary directory, which every user shares, and
+later loads it from there: CPU kernels (:func:`jit_folder`, checked and made private before
+MLX compiles anything, else MLX's compilation is turned off) and CUDA PTX
+(:func:`point_ptx_cache` moves it into RLX's cache folder, or into memory).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import importlib.metadata
+import logging
 import os
 import shutil
 import sys
@@ -30,16 +36,19 @@ from typing import Any, Iterator
 
 from rlx_core.errors import DeviceUnavailableError, PolicyError
 from rlx_core.runtime import Availability
+from rlx_core.runtime.safefs import cache_root, open_trusted, private_dir
 
 __all__ = ["DEVICE_ENV", "DEVICES", "BUILDS", "requested_device", "installed_builds", "build_name",
-           "cheap_availability", "availability", "mlx_device", "cpu_fusion", "jit_lock", "TF32_ENV",
-           "tf32_enabled"]
+           "cheap_availability", "availability", "mlx_device", "cpu_fusion", "std_temp_dir", "jit_folder",
+           "jit_lock", "point_ptx_cache", "PTX_CACHE_ENV", "TF32_ENV", "tf32_enabled"]
 
 DEVICE_ENV = "RLX_MLX_DEVICE"
+PTX_CACHE_ENV = "MLX_PTX_CACHE_DIR"  # MLX's CUDA kernel cache folder (see point_ptx_cache)
 TF32_ENV = "MLX_ENABLE_TF32"  # MLX's switch; rlx_mlx sets it to 0 where it is unset (see rlx_mlx/__init__.py)
 DEVICES = ("gpu", "cpu")
 # distribution -> what it is (the Linux builds and the macOS Metal library)
 BUILDS = {"mlx-metal": "Metal", "mlx-cuda-13": "CUDA 13", "mlx-cuda-12": "CUDA 12", "mlx-cpu": "CPU"}
+log = logging.getLogger("rlx.mlx")
 _INSTALL = ("pip install 'mlx[cpu]' (or rlx-mlx[cuda12] / rlx-mlx[cuda13] for MLX's CUDA builds)")
 
 
@@ -167,40 +176,99 @@ def mlx_device(requested: str | None) -> Any:
     gpu = _gpu_kind(mx)
     if requested == "gpu" and gpu is None:
         raise DeviceUnavailableError(f"{DEVICE_ENV}=gpu, but {build_name()} has no GPU here")
+    if gpu == "CUDA":
+        point_ptx_cache()
     return mx.Device(mx.cpu if requested == "cpu" or gpu is None else mx.gpu)
 
 
+@functools.lru_cache(maxsize=1)
+def point_ptx_cache() -> None:
+    """Point MLX's CUDA kernel cache (the PTX it compiles and later loads onto the GPU; by
+    default ``<tmp>/mlx/<version>/ptx``, open to every user) at ``MLX_PTX_CACHE_DIR``
+    (default ``$XDG_CACHE_HOME/rlx/mlx-ptx``) if that folder is trusted, else at none (an
+    empty value: MLX then compiles in memory), with one warning. MLX reads the variable at
+    its first CUDA kernel build, which comes after this (called when the device is chosen)."""
+    folder = os.environ.get(PTX_CACHE_ENV) or str(cache_root() / "mlx-ptx")
+    try:
+        private_dir(folder)
+        os.environ[PTX_CACHE_ENV] = folder
+    except OSError as e:  # UntrustedPathError included
+        log.warning("rlx-mlx: not using %s as MLX's PTX cache (%s); MLX compiles CUDA kernels in memory "
+                    "for this process", folder, e)
+        os.environ[PTX_CACHE_ENV] = ""
+
+
 _JIT_THREADS = threading.Lock()
+_LOCK_NAME = "rlx-mlx-jit.lock"
+
+
+def std_temp_dir() -> Path:
+    """The temporary folder MLX gets from C++'s ``std::filesystem::temp_directory_path()``:
+    the first of ``TMPDIR``, ``TMP``, ``TEMP``, ``TEMPDIR`` that is set, else ``/tmp``
+    (Python's ``tempfile`` reads them in another order and keeps its first answer)."""
+    if os.name == "nt":
+        return Path(tempfile.gettempdir())
+    for name in ("TMPDIR", "TMP", "TEMP", "TEMPDIR"):
+        if value := os.environ.get(name):
+            return Path(value)
+    return Path("/tmp")
+
+
+def jit_folder() -> Path | None:
+    """``<tmp>/mlx/<version>/cpu``, where MLX's CPU device writes the fused kernels it builds
+    and loads them from (``dlopen``), once it is safe to: missing folders are created 0700
+    as this user. None when the folder is not trusted (another user's, writable by others,
+    a link: :func:`rlx_core.runtime.safefs.private_dir`) or cannot be made: whoever can
+    write there runs code in this process, so MLX's compilation is then turned off for the
+    process (``mx.disable_compile()``: ops run one by one) after one warning."""
+    import mlx.core as mx
+    return _checked_jit_folder(std_temp_dir() / "mlx" / mx.__version__ / "cpu")
+
+
+@functools.lru_cache(maxsize=None)  # MLX reads the variables on every build: one check per folder
+def _checked_jit_folder(folder: Path) -> Path | None:
+    try:
+        return private_dir(folder)
+    except OSError as e:  # UntrustedPathError included
+        import mlx.core as mx
+        mx.disable_compile()
+        log.warning("rlx-mlx: not letting MLX build and load CPU kernels in %s (%s); mx.compile is off "
+                    "for this process, ops run unfused", folder, e)
+        return None
 
 
 @contextlib.contextmanager
 def jit_lock() -> Iterator[None]:
     """Held around the first evaluation of a compiled function on MLX's CPU device, where
-    MLX builds its fused kernels: an exclusive lock shared by every process on the host.
+    MLX builds its fused kernels: an exclusive lock shared by this user's processes.
 
     MLX keeps the kernels it builds with the C++ compiler in one folder per version under
-    the temporary directory, shared by all processes, and a process that finds a kernel's
-    library there loads it -- also while another process is still writing it, or the
-    source it compiles from (pytest-xdist workers compiling the same graphs do exactly
-    that: truncated libraries, failed compiles, hangs). With the lock, RLX processes
-    build kernels one at a time; later runs, which only load them, do not take it."""
+    the temporary directory (:func:`jit_folder`, checked here before MLX compiles anything),
+    shared by all processes, and a process that finds a kernel's library there loads it --
+    also while another process is still writing it, or the source it compiles from
+    (pytest-xdist workers compiling the same graphs do exactly that: truncated libraries,
+    failed compiles, hangs). With the lock, RLX processes build kernels one at a time;
+    later runs, which only load them, do not take it. The lock file lives in that folder
+    and is opened without following a link (:func:`~rlx_core.runtime.safefs.open_trusted`)."""
+    folder = jit_folder()
     try:
         import fcntl
     except ImportError:  # Windows: no fcntl (and MLX's CPU JIT uses MSVC there)
-        with _JIT_THREADS:
-            yield
-        return
-    folder = Path(tempfile.gettempdir()) / "mlx"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        handle = open(folder / "rlx-mlx-jit.lock", "a+")
-    except OSError:  # an unwritable temporary directory: MLX cannot build kernels there either
-        with _JIT_THREADS:
-            yield
-        return
-    with _JIT_THREADS, handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl = None
+    fd = None
+    if folder is not None and fcntl is not None:
         try:
+            fd = open_trusted(folder / _LOCK_NAME, writable=True)
+        except OSError as e:  # UntrustedPathError (a link, another user's file) included
+            log.warning("rlx-mlx: not using the lock file %s (%s); builds are serialized in this process only",
+                        folder / _LOCK_NAME, e)
+    if fd is None:  # no folder (MLX compiles nothing), no fcntl, or no usable lock file
+        with _JIT_THREADS:
+            yield
+        return
+    with _JIT_THREADS:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            os.close(fd)  # releases the lock
