@@ -45,7 +45,7 @@ from .kernels.fused import split_unprofitable
 from .load import LOADED, QUIET, machine_load
 from .plan import Scratch, plan_memory
 from .schedule import schedule
-from .threads import OWN_THREADS, blas_threads, plan_blas_call, single_threaded
+from .threads import OWN_THREADS, blas_threads, multi_threaded, plan_blas_call, single_threaded
 
 __all__ = ["CpuExecutable", "DEFAULT_ALIGNMENT"]
 
@@ -240,16 +240,24 @@ class _Runs:
 
     def _generate(self, state: str) -> Callable[[Mapping[str, np.ndarray]], None]:
         planned = self._planned(lambda c: plan_blas_call(c, state))
-        single = self._planned(single_threaded)
         run = straight_line(planned, self._tracer)
-        if any(p.threads == OWN_THREADS or p.fn is not s.fn
-               for (_, ps), (_, ss) in zip(planned, single) for p, s in zip(ps, ss)):
-            run = AdaptiveRun([run, straight_line(single, self._tracer)])
+        single = self._planned(single_threaded)
+        if _multi_core(planned, single):
+            return AdaptiveRun([run, straight_line(single, self._tracer)])
+        multi = self._planned(multi_threaded) if state == QUIET else planned
+        if _multi_core(multi, planned):  # a stored one-thread plan is checked at run time too
+            return AdaptiveRun([run, straight_line(multi, self._tracer)])
         return run
 
     def _planned(self, plan: Callable[[Call], Call]) -> list[tuple[str | None, list[Call]]]:
         """The steps with every BLAS call as ``plan`` makes it."""
         return [(label, [plan(c) if c.fn in BLAS_CALLS else c for c in calls]) for label, calls in self._steps]
+
+
+def _multi_core(plan: list[tuple[str | None, list[Call]]], other: list[tuple[str | None, list[Call]]]) -> bool:
+    """Whether ``plan`` runs some BLAS call on more cores than ``other`` does."""
+    return any(p.threads == OWN_THREADS and q.threads != OWN_THREADS or p.fn is not q.fn
+               for (_, ps), (_, qs) in zip(plan, other) for p, q in zip(ps, qs))
 
 
 class _Feed:

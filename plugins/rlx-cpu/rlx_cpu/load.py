@@ -19,7 +19,14 @@ per machine state (``rlx_cpu.threads``), and a run follows the current state:
 ``state()`` costs one clock read; every ``PERIOD_S`` it re-reads ``/proc/stat`` and
 ``times(2)`` (about 30 us). A window much longer than that (the process was idle) only
 starts a new one, the state kept: it would mostly describe what ran while we did not.
-Where ``/proc`` is missing only stalls switch the state.
+Where ``/proc`` is missing only stalls switch the state. Until its first window is
+judged the state is ``"quiet"`` but not ``settled``: a choice measured then is not
+known to have been measured on a quiet machine.
+
+``idle_machine()`` answers a stricter question for measurements made in the background
+(``rlx_cpu.planner``): did *every* thread -- other processes and this one's, such as
+another runtime's spinning thread pool in the same process -- stay below
+``QUIET_CORES`` over a window?
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ import threading
 import time
 from typing import Callable
 
-__all__ = ["MachineLoad", "machine_load", "QUIET", "LOADED"]
+__all__ = ["MachineLoad", "machine_load", "idle_machine", "QUIET", "LOADED"]
 
 QUIET, LOADED = "quiet", "loaded"
 PERIOD_S = 0.25  # sampling window: long enough for tick-based accounting (10 ms ticks on 2+ cores)
@@ -53,6 +60,7 @@ class MachineLoad:
         self._sample = self._read()
         self._next = time.monotonic() + PERIOD_S
         self.others = 0.0  # cores other processes used over the last window
+        self.settled = False  # whether a window has been judged (the state is not the initial guess)
 
     def state(self) -> str:
         now = time.monotonic()
@@ -88,6 +96,7 @@ class MachineLoad:
         wall = sample[0] - self._sample[0]
         busy_ticks = (sample[1] - self._sample[1]) - (sample[2] - self._sample[2])
         self.others = max(0.0, busy_ticks / _TICKS_PER_S / wall) if wall > 0 else 0.0
+        self.settled = True
         if self.others > LOADED_CORES:
             self._state = LOADED
         elif self.others < QUIET_CORES and now - self._stalled_at > STALL_HOLD_S:
@@ -95,17 +104,36 @@ class MachineLoad:
 
     def _read(self) -> tuple[float, int, int] | None:
         """(monotonic time, busy ticks of all cores, this process's ticks), or None."""
+        busy = busy_ticks(self._stat_path)
+        return None if busy is None else (time.monotonic(), busy, self._own_ticks())
+
+
+def busy_ticks(stat_path: str = "/proc/stat") -> int | None:
+    """Busy clock ticks of all cores since boot (``/proc/stat``), or None where unreadable."""
+    try:
+        fd = os.open(stat_path, os.O_RDONLY)  # no buffered file object: see _own_ticks
         try:
-            fd = os.open(self._stat_path, os.O_RDONLY)  # no buffered file object: see _own_ticks
-            try:
-                line = os.read(fd, 160)
-            finally:
-                os.close(fd)
-            # "cpu  user nice system idle iowait irq softirq steal ..." (guest time is in user)
-            user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, line.split(None, 9)[1:9])
-        except (OSError, ValueError):
-            return None
-        return time.monotonic(), user + nice + system + irq + softirq + steal, self._own_ticks()
+            line = os.read(fd, 160)
+        finally:
+            os.close(fd)
+        # "cpu  user nice system idle iowait irq softirq steal ..." (guest time is in user)
+        user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, line.split(None, 9)[1:9])
+    except (OSError, ValueError):
+        return None
+    return user + nice + system + irq + softirq + steal
+
+
+def idle_machine(window_s: float = PERIOD_S, stat_path: str = "/proc/stat",
+                 sleep: Callable[[float], None] = time.sleep) -> bool:
+    """Whether all threads of all processes, this one's included, used less than
+    ``QUIET_CORES`` over the next ``window_s`` (the caller sleeps through it). True
+    where ``/proc/stat`` is unreadable: nothing then says otherwise."""
+    start, t0 = busy_ticks(stat_path), time.monotonic()
+    sleep(window_s)
+    end, wall = busy_ticks(stat_path), max(time.monotonic() - t0, window_s)
+    if start is None or end is None:
+        return True
+    return (end - start) / _TICKS_PER_S / wall < QUIET_CORES
 
 
 def _own_ticks() -> int:

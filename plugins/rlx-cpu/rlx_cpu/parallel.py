@@ -37,21 +37,23 @@ class SharedWork:
         self._next = None  # an itertools.count: next(...) is atomic under the GIL
         self._busy = threading.Lock()  # held by the helper while it runs a job
         self._generation = 0
+        self._caller = threading.Lock()  # one caller at a time (runs in other threads, the planner)
         threading.Thread(target=self._serve, name="rlx-cpu-helper", daemon=True).start()
 
     def run(self, jobs: list[Callable[[], object]]) -> None:
         """Run every job once, on this thread and the helper, and return when all are done."""
-        counter = itertools.count()
-        with self._wake:
-            self._jobs, self._next = jobs, counter
-            self._generation += 1
-            self._wake.notify()
-        for i in iter(lambda: next(counter), None):
-            if i >= len(jobs):
-                break
-            jobs[i]()
-        with self._busy:  # the helper finished the job it had taken, if any
-            self._jobs = None
+        with self._caller:
+            counter = itertools.count()
+            with self._wake:
+                self._jobs, self._next = jobs, counter
+                self._generation += 1
+                self._wake.notify()
+            for i in iter(lambda: next(counter), None):
+                if i >= len(jobs):
+                    break
+                jobs[i]()
+            with self._busy:  # the helper finished the job it had taken, if any
+                self._jobs = None
 
     def _serve(self) -> None:
         seen = 0

@@ -17,16 +17,26 @@ A large matmul can run three ways:
 Each call has one plan per machine state of ``rlx_cpu.load``. When the machine is
 loaded it runs on one thread: OpenBLAS's threads stall then, and with a busy loop
 holding one core the shared blocks took 635 us where one thread took 559 us (the same
-GEMM). When it is quiet, the first time a call's shapes are compiled its three ways are
-timed in interleaved rounds (rotating order, medians); a multi-core way is chosen only
-if it beats one thread by ``MARGIN``; where OpenBLAS's own threads are as fast as one
-thread (within the cost of switching the count), the call keeps whatever count the call
-before it left (``any``). A measurement in which OpenBLAS's threads stalled, or after
-which the machine is no longer quiet, decides for this process only; others are stored
-with the kernel cache (``decisions.json``, keyed by shapes, strides, dtype and cores),
-so they are measured once per machine. A call planned on OpenBLAS's threads carries a
-stall limit: the run reports a call that exceeds it, and two such reports in quick
-succession switch the state to loaded.
+GEMM). When it is quiet it runs the way stored for its shapes (``rlx_cpu.planner``:
+kept with the kernel cache per machine, keyed by shapes, strides, dtype and cores), or,
+until one is stored, on OpenBLAS's threads; a compile never times anything. The
+planner measures the call's ways in the background once the whole machine is idle:
+interleaved rounds (rotating order, medians) on arrays of its own; a multi-core way is
+chosen only if it beats one thread by ``MARGIN``; where OpenBLAS's own threads are as
+fast as one thread (within the cost of switching the count), the call keeps whatever
+count the call before it left (``any``). A measurement in which OpenBLAS's threads
+stalled is not stored. A call planned on OpenBLAS's threads carries a stall limit: the
+run reports a call that exceeds it, and two such reports in quick succession switch the
+state to loaded.
+
+Why measure only on an idle machine: a choice measured while something else held a core
+-- another process, or another runtime's thread pool spinning in this same process
+(onnxruntime's intra-op threads spin between its runs) -- says one thread, and once
+stored, every later process would run the MLP 784-512-512-10 at batch 64 on one thread
+(about 950 us where two threads take about 525 us). The executable also keeps each
+quiet plan honest at run time (``rlx_cpu.adaptive``): a plan with multi-core calls runs
+against one with every call on one thread, and a plan without them against one with
+every large call on OpenBLAS's threads (``multi_threaded``).
 
 Small matmuls (OpenBLAS runs them on one thread anyway) are left alone.
 ``RLX_CPU_BLAS_THREADS=openblas|single|shared`` forces one way wherever it applies
@@ -34,20 +44,22 @@ Small matmuls (OpenBLAS runs them on one thread anyway) are left alone.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
-from functools import lru_cache
 
 import numpy as np
 
 from .cache import Decisions
 from .kernels import Call
-from .load import LOADED, QUIET, machine_load
+from .load import LOADED
 from .parallel import matmul_blocks, shared_work
+from .planner import choice
 from .timing import interleaved_times
 
-__all__ = ["BlasThreads", "blas_threads", "plan_blas_call", "single_threaded", "ways_of", "OWN_THREADS", "MODES"]
+__all__ = ["BlasThreads", "blas_threads", "plan_blas_call", "single_threaded", "multi_threaded", "ways_of",
+           "choose", "OWN_THREADS", "MODES"]
 
 log = logging.getLogger("rlx.cpu")
 _decisions = Decisions()
@@ -56,6 +68,7 @@ OWN_THREADS = 0  # ``Call.threads`` of a call on OpenBLAS's own thread counts
 MARGIN = 0.9  # a multi-core way must take at most this fraction of one thread's time
 _SWITCH_S = 3e-6  # switching OpenBLAS's count to one thread and back (numpy's and scipy's)
 _ROUNDS = 7
+_ASSUMED_GFLOPS = 25.0  # for the stall limit of a call not measured yet: well below one core's rate
 # OpenBLAS runs a GEMM of at most this many multiply-adds (M*N*K) on one thread anyway
 # (interface/gemm.c: 65536 * GEMM_MULTITHREAD_THRESHOLD, which defaults to 4).
 _OPENBLAS_SINGLE_THREADED = 65536 * 4
@@ -83,7 +96,7 @@ class BlasThreads:
         self.restore() if threads == OWN_THREADS else self.set(threads)
 
 
-@lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def blas_threads() -> BlasThreads | None:
     """Control of the OpenBLAS threads, or None (no multi-threaded OpenBLAS loaded)."""
     import numpy  # noqa: F401  (its OpenBLAS must be loaded for threadpoolctl to see it)
@@ -110,10 +123,10 @@ def plan_blas_call(call: Call, state: str) -> Call:
     ways = ways_of(call)
     if forced in ways:
         return ways[forced]
-    key = _key(call, control)
-    mode, seconds = _parse(_decisions.get(key), ways)
-    if mode is None:
-        mode, seconds = _parse(_decide({m: c for m, c in ways.items() if m != "any"}, control, key), ways)
+    layout = _layout(call)
+    decided = choice(_decisions, _key(layout, control), functools.partial(_measure_layout, layout, control),
+                     valid=lambda v: _parse(v, ways)[0] is not None, default=f"openblas {_estimate(call):.3e}")
+    mode, seconds = _parse(decided, ways)
     if mode == "openblas":
         return ways[mode]._replace(stall_after=_stall_limit(seconds))
     return ways[mode]
@@ -125,6 +138,17 @@ def single_threaded(call: Call) -> Call:
     if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
         return call
     return call._replace(threads=1)
+
+
+def multi_threaded(call: Call) -> Call:
+    """``call`` on OpenBLAS's own threads, with a stall limit (unchanged where
+    ``plan_blas_call`` leaves it alone; as forced where ``RLX_CPU_BLAS_THREADS`` is set)."""
+    control = blas_threads()
+    if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
+        return call
+    if _forced_mode() is not None:
+        return ways_of(call).get(_forced_mode(), call)
+    return call._replace(threads=OWN_THREADS, stall_after=_stall_limit(_estimate(call)))
 
 
 def _forced_mode() -> str | None:
@@ -144,10 +168,19 @@ def ways_of(call: Call) -> dict[str, Call]:
     return ways
 
 
-def _key(call: Call, control: BlasThreads) -> str:
-    arrays = [*call.args, call.kwargs["out"]]
-    layout = repr([(a.shape, a.strides, a.dtype.str) for a in arrays] + [os.cpu_count(), control.cores])
-    return f"blas:{hashlib.sha256(layout.encode()).hexdigest()[:24]}"
+def _layout(call: Call) -> tuple:
+    """The shapes, strides and dtypes of ``call``'s operands and output."""
+    return tuple((a.shape, a.strides, a.dtype.str) for a in (*call.args, call.kwargs["out"]))
+
+
+def _key(layout: tuple, control: BlasThreads) -> str:
+    text = repr(list(layout) + [os.cpu_count(), control.cores])
+    return f"blas:{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+
+
+def _estimate(call: Call) -> float:
+    """Seconds ``call`` takes at most on one core, about (before it was measured)."""
+    return 2.0 * _multiply_adds(*call.args) / (_ASSUMED_GFLOPS * 1e9)
 
 
 def _parse(decided: str | None, ways: dict[str, Call]) -> tuple[str | None, float]:
@@ -173,25 +206,39 @@ def _stall_limit(seconds: float) -> float:
     return 3 * seconds + 1e-3
 
 
-def _decide(ways: dict[str, Call], control: BlasThreads, key: str) -> str:
-    """Time the ways, pick one ("<mode> <median seconds>"), and store it if the
-    measurement was clean (no stall, the machine still quiet)."""
-    load = machine_load()
+def _measure_layout(layout: tuple, control: BlasThreads) -> str | None:
+    """Time the ways of a call with ``layout`` on arrays of its own: its choice
+    (``choose``), or None where OpenBLAS's threads stalled (something took a core)."""
+    rng = np.random.default_rng(0)
+    a, b, out = (_array_like(shape, strides, np.dtype(dtype), rng) for shape, strides, dtype in layout)
+    ways = ways_of(Call(np.matmul, (a, b), {"out": out}))
+    del ways["any"]
     times = measure(ways, control)
-    medians = {mode: float(np.median(t)) for mode, t in times.items()}
-    stalled = "openblas" in times and max(times["openblas"]) > _stall_limit(medians["openblas"])
-    if stalled:
-        load.report_stall()
-        del medians["openblas"]
+    if "openblas" in times and max(times["openblas"]) > _stall_limit(float(np.median(times["openblas"]))):
+        return None
+    return choose({mode: float(np.median(t)) for mode, t in times.items()})
+
+
+def choose(medians: dict[str, float]) -> str:
+    """The choice ("<mode> <median seconds>") from each way's median seconds: the fastest
+    multi-core way if it takes at most ``MARGIN`` of one thread's time, else one thread,
+    or ``any`` where OpenBLAS's threads are as fast as one (not worth switching for)."""
     fastest = min((m for m in medians if m != "single"), key=medians.get, default="single")
     mode = fastest if medians[fastest] <= MARGIN * medians["single"] else "single"
     if mode == "single" and medians.get("openblas", float("inf")) <= medians["single"] + _SWITCH_S:
-        mode = "any"  # as fast either way: not worth switching OpenBLAS's count for
-    decided = f"{mode} {medians['single' if mode == 'any' else mode]:.3e}"
-    if not stalled and load.state() == QUIET:
-        _decisions.set(key, decided)
-    log.debug("rlx-cpu: BLAS call %s: %s (medians %s)", key, decided, medians)
-    return decided
+        mode = "any"
+    return f"{mode} {medians['single' if mode == 'any' else mode]:.3e}"
+
+
+def _array_like(shape: tuple, strides: tuple, dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    """An array of its own with ``shape`` and (non-negative) ``strides``, values in [-1, 1)."""
+    if any(s < 0 for s in strides):
+        strides = None
+    extent = 1 if strides is None else 1 + sum((n - 1) * s // dtype.itemsize for n, s in zip(shape, strides))
+    base = rng.uniform(-1, 1, int(np.prod(shape)) if strides is None else max(extent, 1)).astype(dtype)
+    if strides is None:
+        return base.reshape(shape)
+    return np.lib.stride_tricks.as_strided(base, shape, strides)
 
 
 def measure(ways: dict[str, Call], control: BlasThreads, rounds: int = _ROUNDS) -> dict[str, list[float]]:

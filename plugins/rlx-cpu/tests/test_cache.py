@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rlx_cpu.cache import machine_fingerprint
+
 ROOT = Path(__file__).resolve().parents[3]
 
 # Compiles a graph with a fused kernel and a library kernel, checks the result and
@@ -68,7 +70,7 @@ def test_corrupt_entries_are_rebuilt(tmp_path):
         f.write_bytes(b"\x80\x04garbage")
     for f in kernels.glob("k_*.py"):
         f.write_text("this is not python")
-    (kernels / "decisions.json").write_text("{not json")
+    (kernels / f"decisions-{machine_fingerprint()}.json").write_text("{not json")
     result, log = _probe(tmp_path)  # still correct (the probe checks the numbers)
     assert result["misses"] >= 1
     assert "dropped a numba cache entry" in log

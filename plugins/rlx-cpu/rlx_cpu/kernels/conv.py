@@ -16,7 +16,8 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
 ``conv_route`` times the eligible routes once per geometry and dtype on sample data
 (BLAS on one thread, each route followed by the pass that brings its result into an
 NCHW output, since that is where the channels-last route pays its transpose) and stores
-the choice with the kernel cache.
+the choice with the kernel cache (``rlx_cpu.planner``: measured again in the background
+if the machine was not known to be quiet).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from rlx_core import DType, Graph, Node, Shape
 from ..cache import Decisions
 from ..jit import generated_kernel, library, specialize
 from ..jit.codegen import direct_conv_source, pool_source
+from ..planner import choice
 from ..timing import interleaved_times
 from . import Bound, Call, kernel
 
@@ -93,11 +95,7 @@ def conv_route(node: Node, graph: Graph) -> str:
     routes = geometry.routes()
     if len(routes) == 1:
         return routes[0]
-    decided = _decisions.get(geometry.key())
-    if decided not in routes:
-        decided = _fastest_route(geometry, routes)
-        _decisions.set(geometry.key(), decided)
-    return decided
+    return choice(_decisions, geometry.key(), lambda: _fastest_route(geometry, routes), valid=routes.__contains__)
 
 
 def result_in_scratch(node: Node, graph: Graph) -> bool:

@@ -16,7 +16,8 @@ run as one flat loop. A norm's normalized axes are merged among themselves only.
 A lone elementwise node runs as its numpy ufunc when it has one. A group of nodes
 that all have ufuncs, over at least ``MEASURE_MIN_ELEMENTS``, is timed both ways the
 first time it is compiled (numba calls libm for log, sin, float64 exp..., which can
-lose to numpy's SIMD loops); the faster choice is stored with the kernel cache.
+lose to numpy's SIMD loops); the faster choice is stored with the kernel cache
+(``rlx_cpu.planner``).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from rlx_core import DType, Graph, Node, Ref, Shape
 from ..cache import Decisions
 from ..jit import generated_kernel, specialize
 from ..jit.codegen import CONSTANT, LEAF, Operand, Program, ScalarOp, elementwise_source, rows_source
+from ..planner import choice
 from ..schedule import FUSED, Step, scalar_op
 from . import Bound, Call, kernel
 from .elementwise import direct_calls
@@ -308,16 +310,15 @@ def _faster_unfused(graph: Graph, s: Step) -> bool:
     fusion = _program(graph, s, values, None, fused_outs)
     key = hashlib.sha256(repr((fusion.program, [(a.shape, a.dtype.str) for a in fusion.operands],
                                s.domain)).encode()).hexdigest()[:24]
-    decided = _decisions.get(key)
-    if decided is None:
+
+    def measure() -> str:
         fused = [elementwise_call(fusion, s.domain)]
         separate = []
         for n in s.elementwise:
             values[Ref(n.id)] = np.empty(n.shape.dims, n.shape.dtype.np)
             separate += direct_calls(n, [values[r] for r in n.inputs], values[Ref(n.id)])
-        decided = "unfused" if _seconds(separate) < 0.9 * _seconds(fused) else "fused"
-        _decisions.set(key, decided)
-    return decided == "unfused"
+        return "unfused" if _seconds(separate) < 0.9 * _seconds(fused) else "fused"
+    return choice(_decisions, key, measure, valid=("fused", "unfused").__contains__) == "unfused"
 
 
 def _seconds(calls: list[Call], reps: int = 10) -> float:
