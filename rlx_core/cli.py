@@ -12,6 +12,7 @@ import sys
 
 from .cli_gpu import cmd_gpu, setup_gpu
 from .cli_run import cmd_run, setup_run
+from .cli_serve import cmd_serve, setup_serve
 
 __all__ = ["main", "COMMANDS"]
 
@@ -267,6 +268,7 @@ COMMANDS = {
     "demo": (cmd_demo, _setup_demo),
     "run": (cmd_run, setup_run),
     "gpu": (cmd_gpu, setup_gpu),
+    "serve": (cmd_serve, setup_serve),
 }
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a development environment on a fresh machine (Debian + Python >= 3.10):
-# a virtualenv in .venv (or $RLX_VENV) with rlx-core and every plugin under plugins/ installed editable.
+# a virtualenv in .venv (or $RLX_VENV) with rlx-core and every plugin under plugins/ installed editable
+# (rlx-serve with `test` only).
 #   scripts/setup.sh          runtime only
 #   scripts/setup.sh test     plus the test dependencies
 set -euo pipefail
@@ -28,5 +29,8 @@ if [ "${1:-}" = test ]; then
 else
   extras=""
 fi
-plugins=$(for d in plugins/rlx-*/; do printf -- "-e %s " "$d"; done)
+# rlx-serve (Ray Serve: a server stack the backends and the demo do not need) with the tests only.
+plugins=$(for d in plugins/rlx-*/; do
+  if [ "$d" != plugins/rlx-serve/ ] || [ "${1:-}" = test ]; then printf -- "-e %s " "$d"; fi
+done)
 pip install -q -e ".${extras}" $plugins

@@ -359,7 +359,8 @@ _INSTALL = {"rlx-cpu": 'pip install "rlx-core[cpu]"',
 _FEATURES = {"onnx": 'pip install "rlx-core[onnx]"',  # onnx, and onnxruntime for `rlx run --check`
              "plot": 'pip install "rlx-core[plot]"',
              "weights": 'pip install "rlx-core[weights]"',  # safetensors and gguf weight files
-             "telemetry": 'pip install "rlx-core[telemetry]"'}  # `rlx gpu`: NVML and a live table
+             "telemetry": 'pip install "rlx-core[telemetry]"',  # `rlx gpu`: NVML and a live table
+             "serve": 'pip install "rlx-core[serve]"'}  # rlx-serve: `rlx serve`, Ray Serve deployments
 
 
 def install_hint(device: "Device | str | None" = None, reg: "Registry | None" = None) -> str:
