@@ -5,7 +5,8 @@ import pytest
 
 from rlx_core import Graph, Shape
 from rlx_core.cli import main
-from rlx_core.runtime.registry import install_hint, reset_registry
+from rlx_core.runtime.registry import install_hint, registry, reset_registry
+from rlx_core.select import DevicePolicy, device_report
 from rlx_core.select.calibration import clear_memo
 
 
@@ -29,10 +30,22 @@ def run(capsys, *argv):
 
 
 def test_devices_table(capsys):
+    """With RLX_PLUGINS=cpu only cpu has a row; every other device is named on the line that
+    says why: 'not loaded' when a plugin installed here serves it, else 'not installed'
+    (which line a device lands on depends on the plugins installed in this environment)."""
     code, out, _ = run(capsys, "devices")
     assert code == 0
     assert "plugins:" in out and "rlx-cpu" in out and "policy: allow=all pick=cost_model" in out
-    assert "\ncpu " in out and "not installed" in out
+    assert "\ncpu " in out
+    named = {}
+    for line in out.splitlines():
+        if line.startswith(("not loaded (", "not installed (")):
+            why, _, labels = line.partition("): ")
+            named.update((label, why.split(" (")[0]) for label in labels.split(", "))
+    known = {r.label for r in device_report(None, DevicePolicy.from_env(), probe="cheap")}
+    assert set(named) == known - {"cpu"}
+    for label, why in named.items():
+        assert why == ("not loaded" if registry().unloaded_plugin_for(label) else "not installed"), label
 
 
 def test_devices_with_a_graph_shows_estimate_and_pick(capsys):
