@@ -4,6 +4,7 @@
     rlx run model.onnx --input x=x.npy --device cpu     # given inputs (their shapes fix symbolic dims)
     rlx run model.onnx --shape x=1,3,224,224 --check    # and compare with onnxruntime
     rlx run model.onnx --weights model.safetensors      # params from a weight file (.safetensors/.gguf/.npz)
+    rlx run model.onnx --explain                        # and what each graph pass changed
 
 Prints the chosen device, import / compile / run times and each output's shape, dtype
 and value range. ``--check`` runs onnxruntime on the same inputs and fails (exit 1)
@@ -40,6 +41,9 @@ def setup_run(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance of --check (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of --check (default 1e-4)")
     p.add_argument("--save", metavar="FILE.npz", help="write the outputs to this .npz file")
+    p.add_argument("--explain", action="store_true",
+                   help="print what each graph pass changed before compiling (fused, folded and removed nodes, "
+                        "named by their ONNX nodes); RLX_PASSES=none turns the passes off")
     p.add_argument("--weights", metavar="FILE",
                    help="set the model's params from a .safetensors, .gguf (quantized tensors dequantized) or .npz "
                         "file instead of its initializers: every param by name, each checked for dims and dtype "
@@ -88,6 +92,8 @@ def _run(args) -> int:
     t0 = time.perf_counter()
     compiled = runner.compile(pick.device)  # (params replayed onto it)
     t_compile = time.perf_counter() - t0
+    if args.explain:
+        print(compiled.explain())
     t0 = time.perf_counter()
     outputs = compiled.run(runtime_feeds)
     t_first = time.perf_counter() - t0

@@ -2,8 +2,8 @@
 
 It imports neither CuPy nor NVML. Without CuPy the factory's cheap probe reports
 "missing Python package(s): cupy"; with it, the probe asks the driver (never raising).
-The NVML telemetry provider registers itself with ``rlx_core.hw`` where the core has
-that module; it loads NVML only when first read.
+GPU telemetry (NVML) is the core's own (``rlx_core.hw.nvml``), served with or without
+this plugin, so nothing is registered for it here.
 """
 from rlx_core.runtime import BackendFactory, hookimpl
 
@@ -33,15 +33,3 @@ def rlx_calibrate(backend, device):
         return None
     from .calibrate import calibrate
     return calibrate(getattr(device, "index", 0))
-
-
-def _register_telemetry() -> None:
-    try:
-        from rlx_core.hw import register_telemetry_provider
-    except ImportError:  # a core without GPU telemetry support
-        return
-    from .nvml import NvmlProvider
-    register_telemetry_provider(NvmlProvider())
-
-
-_register_telemetry()

@@ -1,5 +1,6 @@
 """Entry-point module: cheap to import (no pyopencl import here). It declares the ``rocm``
-backend and the calibration hook.
+backend and the calibration hook. GPU telemetry (AMD SMI) is the core's own
+(``rlx_core.hw.amdsmi``), served with or without this plugin.
 
 The cheap probe only looks at files and variables: ``RLX_ROCM_OPENCL_PLATFORM`` (a stand-in
 platform was asked for) or an AMD OpenCL driver registered with the ICD loader
@@ -83,16 +84,3 @@ def rlx_calibrate(backend: str, device):
         return None
     from .calibrate import calibrate
     return calibrate()
-
-
-def _register_telemetry() -> None:
-    """AMD GPU telemetry for ``rlx_core.hw`` (AMD SMI, imported on first read only)."""
-    try:
-        from rlx_core.hw import register_telemetry_provider
-        from .telemetry import AmdSmiProvider
-    except ImportError:  # a core without GPU telemetry support
-        return
-    register_telemetry_provider(AmdSmiProvider())
-
-
-_register_telemetry()
