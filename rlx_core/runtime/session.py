@@ -378,7 +378,7 @@ class CompiledGraph:
             raise BackendOutputError(f"backend '{self.backend}' returned {count}, the graph has {len(specs)} "
                                      f"(graph '{self.graph.name}' on {self.device})")
         for i, (res, (dims, np_dtype, dtype)) in enumerate(zip(results, specs)):
-            if type(res) is np.ndarray and res.shape == dims and res.dtype == np_dtype:
+            if type(res) is np.ndarray and res.shape == dims and (res.dtype is np_dtype or res.dtype == np_dtype):
                 continue
             shape = getattr(res, "shape", None)
             if shape is not None and tuple(shape) == dims and _dtype_of(res) is dtype:
