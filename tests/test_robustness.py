@@ -221,6 +221,7 @@ def test_a_device_smaller_than_the_peak_is_named(monkeypatch):
     (lambda c: c.run(5), "inputs"),
     (lambda c: c.run(["x"]), "inputs"),
     (lambda c: c.run([("x",)]), "inputs"),
+    (lambda c: c.run([(["x"], X)]), "inputs"),
     (lambda c: c.run({"x": X}, out=5), "out"),
     (lambda c: c.run({"x": X}, out=[5, 6]), "out"),
     (lambda c: c.run_typed(5), "inputs"),
@@ -231,6 +232,11 @@ def test_run_argument_types(compiled, call, argument):
     with pytest.raises(InputTypeError, match=re.escape(argument)) as info:
         call(compiled)
     assert isinstance(info.value, TypeError) and isinstance(info.value, InputError)
+
+
+def test_unhashable_names_are_input_errors(compiled):
+    with pytest.raises(InputError, match=r"no input named \['x'\]"):
+        compiled.set_input(["x"], X)
 
 
 def test_run_typed_bad_dtype_is_an_input_error(compiled):

@@ -350,7 +350,7 @@ class CompiledGraph:
     def _lookup(self, table: dict[str, Node], name: str, what: str, err: type) -> Node:
         try:
             return table[name]
-        except KeyError:
+        except (KeyError, TypeError):  # TypeError: an unhashable name such as a list
             known = ", ".join(table) or "none"
             raise err(f"graph '{self.graph.name}' has no {what} named {name!r}; its {what}s: {known}") from None
 
@@ -466,7 +466,7 @@ def _feed_dict(inputs: Any) -> dict:
                              f"pairs, got {_describe(inputs)}")
     feeds = {}
     for i, pair in enumerate(inputs):
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and isinstance(pair[0], str)):
             raise InputTypeError(f"run(inputs=...): item {i} must be a (name, array) pair, got {_describe(pair)}")
         feeds[pair[0]] = pair[1]
     return feeds
