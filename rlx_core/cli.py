@@ -171,11 +171,23 @@ def cmd_calibrate(args) -> int:
               _duration(c.roundtrip_overhead_ns), _duration(c.dispatch_overhead_ns),
               f"{c.transfer_bw_gbps:.1f}" if c.transfer_bw_gbps else "-",
               "-" if c.host_load is None else f"{c.host_load:.2f}", how) for c, how in results]))
-        for c, _ in results:
+        for c, how in results:
             print(f"  {c.device}: {calibration_path(c.backend, c.device)}")
+            print(f"    {_provenance(c, how)}")
     if not devices:
         print("no available device to calibrate (see `rlx devices`)", file=sys.stderr)
     return 1 if failed or not devices else 0
+
+
+def _provenance(calib, how: str) -> str:
+    """Which figures were measured now and which were read from a cache (rlx's own, or a
+    plugin's tuning file), e.g. ``measured: sgemm_gflops, ...; read from <file>: ...``."""
+    if how == "cached":
+        return "every figure read from this file (--force measures them again)"
+    groups: dict[str, list[str]] = {}
+    for name, source in calib.sources.items():
+        groups.setdefault(source, []).append(name)
+    return "; ".join(f"{source}: {', '.join(names)}" for source, names in sorted(groups.items())) or "measured"
 
 
 # --- rlx bench --------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ class RlxHookSpecs:
         backend called ``backend`` (e.g. a custom op's CPU kernel), or None."""
 
     @hookspec(firstresult=True)
-    def rlx_calibrate(self, backend: str, device):
+    def rlx_calibrate(self, backend: str, device, force: bool):
         """Measure ``backend`` on ``device`` for the cost model; return a dict with
-        ``sgemm_gflops``, ``memory_bw_gbps`` and ``roundtrip_overhead_ns``, or None."""
+        ``sgemm_gflops``, ``memory_bw_gbps`` and ``roundtrip_overhead_ns``, or None.
+        ``force`` (``rlx calibrate --force``): measure again, ignoring any cache of the
+        plugin's own; a result read from such a cache names it in ``read_from``.
+        (Implementations written before ``force`` existed may leave it out.)"""

@@ -335,8 +335,8 @@ class Registry:
             out.update(table or {})
         return out
 
-    def calibrate(self, backend: str, device: Device) -> dict | None:
-        return self.pm.hook.rlx_calibrate(backend=backend, device=device)
+    def calibrate(self, backend: str, device: Device, force: bool = False) -> dict | None:
+        return self.pm.hook.rlx_calibrate(backend=backend, device=device, force=force)
 
 
 _OVERRIDE_PREFIX = "RLX_BACKEND_"

@@ -62,7 +62,8 @@ from .cost import GEMM_KINDS, VIEW_KINDS, DeviceFigures
 
 __all__ = ["Calibration", "NOMINAL", "cache_dir", "calibration_path", "load_calibration", "calibrate",
            "device_figures", "measure_backend", "measure_overheads", "measure_kind_costs", "measure_vector",
-           "report_progress", "progress_reporter", "clear_memo", "probe_order", "thread_settings", "FORMAT_VERSION",
+           "report_progress", "progress_reporter", "note_cache_read", "clear_memo", "probe_order", "thread_settings",
+           "FORMAT_VERSION",
            "NOMINAL_SOFTWARE", "MIN_KINDS_TIMED", "record_graph_timings", "graph_timings", "forget_graph_timings",
            "PLAUSIBLE", "figure_problem"]
 
@@ -123,6 +124,7 @@ class Calibration:
     host_load: float | None = None  # 1-minute load average per CPU when measured (> 1: busy host)
     threads: dict[str, str] = field(default_factory=dict)  # thread_settings() when measured
     software: bool | None = None  # the plugin said the device is emulated on the host CPU
+    sources: dict[str, str] = field(default_factory=dict)  # figure -> "measured" | "read from <plugin cache>"
     measured_s: float = 0.0
     created: float = 0.0
     format: int = FORMAT_VERSION
@@ -158,6 +160,9 @@ class Calibration:
                 _check_positive(f"kind_ns_per_element[{kind!r}]", v, "ns")
         if data.get("software") is not None and not isinstance(data["software"], bool):
             raise ValueError(f"software must be true, false or null, got {data['software']!r}")
+        sources = data.get("sources") or {}
+        if not (isinstance(sources, dict) and all(isinstance(v, str) for v in sources.values())):
+            raise ValueError(f"sources must map figure names to strings, got {sources!r}")
         sizes = data.get("kind_probe_sizes", KIND_PROBE_SIZES)
         if not (isinstance(sizes, (list, tuple)) and len(sizes) == 2 and 0 < sizes[0] < sizes[1]):
             raise ValueError(f"kind_probe_sizes must be two increasing sizes, got {sizes!r}")
@@ -167,7 +172,7 @@ class Calibration:
 
 
 _OPTIONAL = {"transfer_bw_gbps", "kind_dispatch_ns", "kind_ns_per_element", "kind_probe_sizes", "plugin_version",
-             "host_load", "threads", "software", "measured_s", "created", "format"}
+             "host_load", "threads", "software", "sources", "measured_s", "created", "format"}
 
 
 def _table(data: dict, name: str) -> dict:
@@ -325,6 +330,19 @@ def progress_reporter(callback: Callable[[float, str], None] | None):
         _PROGRESS.reset(token)
 
 
+# The plugin cache files a calibration read instead of measuring (see note_cache_read).
+_READS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("rlx_calibration_reads", default=None)
+
+
+def note_cache_read(path) -> None:
+    """Say that a plugin's calibration hook took its figures from its own cache file
+    ``path`` (``tuning.cached_tuning`` does), so that ``rlx calibrate`` can tell which
+    figures were read rather than measured."""
+    reads = _READS.get()
+    if reads is not None:
+        reads.append(str(path))
+
+
 def calibrate(device: "Device | str", *, force: bool = False) -> Calibration:
     """The calibration of ``device``'s backend: the valid cache, or a fresh measurement
     (always fresh with ``force``), written back to the cache."""
@@ -344,7 +362,7 @@ def _calibrate(device: "Device | str", force: bool) -> Calibration:
             if cached is not None:
                 return cached
         try:
-            return _measure_and_store(reg, entry, dev)
+            return _measure_and_store(reg, entry, dev, force)
         except Exception as e:
             with _MEMO_LOCK:
                 _FAILED[(entry.name, str(dev))] = f"{type(e).__name__}: {e}"
@@ -358,18 +376,28 @@ def _host_load() -> float | None:
         return None
 
 
-def _measure_and_store(reg, entry, dev: Device) -> Calibration:
+def _measure_and_store(reg, entry, dev: Device, force: bool = False) -> Calibration:
     load = _host_load()
     if load is not None and load > 1.0:
         log.warning("calibrating %s on a busy host (load %.1f per CPU): the figures may be pessimistic; "
                     "run `rlx calibrate --force` when it is idle", dev, load)
     backend = reg.backend(dev)  # raises DeviceUnavailableError with the reason
     start = time.perf_counter()
-    figures = reg.calibrate(entry.name, dev)
+    reads: list[str] = []
+    token = _READS.set(reads)
+    try:
+        figures = reg.calibrate(entry.name, dev, force)
+    finally:
+        _READS.reset(token)
+    read_from = ", ".join(reads)
+    given = set(figures) if isinstance(figures, dict) else set()
     if figures is None:
         figures = measure_backend(backend, dev)
     elif isinstance(figures, dict):
         figures = _complete(backend, dev, figures)
+    # which figures were measured now, and which the plugin read from a cache of its own
+    sources = {k: f"read from {read_from}" if read_from and k in given else "measured"
+               for k in (*MEASURED_FIELDS, "transfer_bw_gbps") if figures.get(k) is not None}
     fingerprint = _fingerprint()
     try:
         calib = Calibration.from_dict({
@@ -379,7 +407,7 @@ def _measure_and_store(reg, entry, dev: Device) -> Calibration:
             "kind_probe_sizes": figures.get("kind_probe_sizes", KIND_PROBE_SIZES),
             "backend": entry.name, "device": str(dev), "device_id": f"{dev.label}{dev.index or ''}-{fingerprint}",
             "fingerprint": fingerprint, "plugin_version": _plugin_version(entry.plugin), "host_load": load,
-            "threads": thread_settings(), "software": figures.get("software"),
+            "threads": thread_settings(), "software": figures.get("software"), "sources": sources,
             "measured_s": round(time.perf_counter() - start, 3), "created": time.time()})
     except (ValueError, TypeError, AttributeError) as e:
         raise PluginError(f"calibration of backend '{entry.name}' (plugin '{entry.plugin}') returned bad figures: "

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..ir.graph import Graph
 from ..runtime.safefs import UntrustedPathError, read_trusted
-from .calibration import _write_atomic, cache_dir, figure_problem
+from .calibration import _write_atomic, cache_dir, figure_problem, note_cache_read
 
 __all__ = ["tuning_path", "read_tuning", "write_tuning", "cached_tuning", "positive_figures", "batch_seconds",
            "roundtrip_ns", "transfer_gbps", "median_seconds", "tiny_graph", "random_feeds", "matmul_graph",
@@ -92,6 +92,7 @@ def cached_tuning(path: Path, valid: Callable[[dict], bool], measure: Callable[[
     are none: then ``measure()``, written to ``path`` (:func:`write_tuning`)."""
     cached = None if refresh else read_tuning(path, valid)
     if cached is not None:
+        note_cache_read(path)
         return cached
     result = measure()
     write_tuning(path, result)

@@ -107,10 +107,11 @@ def rlx_backends():
 
 
 @hookimpl
-def rlx_calibrate(backend: str, device):
+def rlx_calibrate(backend: str, device, force: bool):
     """Measure the metal backend for the cost model (see ``rlx_metal.calibrate``); ``ane``
-    keeps the core's nominal figures."""
+    keeps the core's nominal figures. ``force`` measures again instead of reading
+    rlx-metal's own cache."""
     if backend != METAL_BACKEND:
         return None
     from .calibrate import calibrate
-    return calibrate()
+    return calibrate(refresh=force)

@@ -49,5 +49,5 @@ def test_a_corrupt_or_stale_cache_is_measured_again(gpu):
 
 @pytest.mark.no_adapter
 def test_the_hook_answers_for_metal_only():
-    assert plugin.rlx_calibrate(backend="wgpu", device=Device.GPU) is None
-    assert plugin.rlx_calibrate(backend="coreml-ane", device=Device("ane")) is None
+    assert plugin.rlx_calibrate(backend="wgpu", device=Device.GPU, force=False) is None
+    assert plugin.rlx_calibrate(backend="coreml-ane", device=Device("ane"), force=False) is None

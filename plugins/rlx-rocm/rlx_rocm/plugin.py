@@ -78,9 +78,10 @@ def rlx_backends():
 
 
 @hookimpl
-def rlx_calibrate(backend: str, device):
-    """Measure the rocm backend for the cost model (see ``rlx_rocm.calibrate``)."""
+def rlx_calibrate(backend: str, device, force: bool):
+    """Measure the rocm backend for the cost model (see ``rlx_rocm.calibrate``); ``force``
+    measures again instead of reading rlx-rocm's own cache."""
     if backend != BACKEND_NAME:
         return None
     from .calibrate import calibrate
-    return calibrate()
+    return calibrate(refresh=force)

@@ -96,7 +96,7 @@ def test_calibration_measures_caches_and_tunes_the_gemm_tile(calib_home):
 def test_the_hook_ignores_other_backends():
     from rlx_core.runtime import Device
     from rlx_rocm import plugin
-    assert plugin.rlx_calibrate(backend="cpu", device=Device("cpu")) is None
+    assert plugin.rlx_calibrate(backend="cpu", device=Device("cpu"), force=False) is None
 
 
 def _count5(dt="f32"):

@@ -48,9 +48,10 @@ def rlx_backends():
 
 
 @hookimpl
-def rlx_calibrate(backend: str, device):
-    """Measure a wgpu backend for the cost model (see ``rlx_wgpu.calibrate``)."""
+def rlx_calibrate(backend: str, device, force: bool):
+    """Measure a wgpu backend for the cost model (see ``rlx_wgpu.calibrate``); ``force``
+    measures again instead of reading rlx-wgpu's own cache."""
     if backend not in BACKEND_NAMES.values():
         return None
     from .calibrate import calibrate
-    return calibrate(str(device))
+    return calibrate(str(device), refresh=force)

@@ -47,4 +47,4 @@ def test_a_cache_without_transfer_and_software_is_measured_again(cache_home):
 
 def test_the_hook_ignores_other_backends():
     from rlx_wgpu import plugin
-    assert plugin.rlx_calibrate(backend="cpu", device=Device.CPU) is None
+    assert plugin.rlx_calibrate(backend="cpu", device=Device.CPU, force=False) is None
