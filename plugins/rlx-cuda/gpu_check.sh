@@ -8,11 +8,14 @@
 # 4. benchmarks/cuda_bench.py (attention kernels vs torch SDPA, block, decode, matmul chain);
 # 5. the CUDA-only tests (incl. the attention conformance cases under each forced kernel);
 # 6. the conformance suite on "cuda";
-# 7. per-step profile of the block and decode graphs (RLX_TRACE).
+# 7. per-step profile of the block and decode graphs (RLX_TRACE);
+# 8. control flow (If / Loop / nested / Scan): device-side conditional graph nodes vs the
+#    host-driven fallback vs XLA:GPU vs onnxruntime CPU, one table
+#    (plugins/rlx-cuda/tests/control_flow_gpu_check.py).
 # Everything lands in $OUT (logs, junit xml, benchmark json/md) and benchmarks/results/.
-# Hard timeouts per section: 120 + 180 + 90 + 150 + 45 s, so that with the install the whole
-# run stays under 10 minutes even when every section hits its limit (about 6 when all is well).
-# SECTIONS="attention bench tests conformance profile" (the default) picks sections to run.
+# Hard timeouts per section: 120 + 180 + 90 + 150 + 45 + 120 s; with every section the run may
+# pass 10 minutes only when sections hit their limits (about 7 when all is well).
+# SECTIONS="attention bench tests conformance profile controlflow" (the default) picks sections.
 # If the flash kernel is broken, rerun with RLX_CUDA_BACKEND='{"attention": "cublas"}' (or
 # "decode", or '{"fold_views": false}') to route around it: cuda_bench and the suites read it.
 set -uo pipefail
@@ -21,7 +24,7 @@ OUT="${OUT:-$PWD/gpu_check_out}"
 mkdir -p "$OUT" benchmarks/results
 PY="${PYTHON:-python}"
 export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR="${CUPY_CACHE_DIR:-$OUT/cupy-cache}"
-SECTIONS="${SECTIONS:-attention bench tests conformance profile}"
+SECTIONS="${SECTIONS:-attention bench tests conformance profile controlflow}"
 section() { echo; echo "=== $* ($(date +%T))"; }
 wanted() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
@@ -65,6 +68,7 @@ fi
 if wanted tests; then
 section "cuda device tests"
 timeout 90 $PY -m pytest plugins/rlx-cuda/tests/test_device.py plugins/rlx-cuda/tests/test_device_attention.py \
+  plugins/rlx-cuda/tests/test_device_control_flow.py plugins/rlx-cuda/tests/test_control_flow.py \
   -q --maxfail=40 --tb=short -rfE -p no:randomly $XDIST --junitxml="$OUT/cuda_tests.xml" \
   --deselect plugins/rlx-cuda/tests/test_device_attention.py::test_every_kernel_on_every_configuration \
   2>&1 | tee "$OUT/cuda_tests.log" | grep -v -E '^[.sx]+ *\[' | tail -60
@@ -93,5 +97,11 @@ fi
 if wanted profile; then
 section "per-step profile (block, decode)"
 timeout 45 $PY benchmarks/cuda_bench.py --profile 2>&1 | tee "$OUT/profile.log" | tail -70
+fi
+if wanted controlflow; then
+section "control flow (conditional graph nodes vs host-driven vs XLA:GPU vs onnxruntime)"
+$PY -m pip install -q --no-deps --no-build-isolation -e plugins/rlx-tpu 2>&1 | tail -3  # the XLA:GPU column
+timeout 120 $PY plugins/rlx-cuda/tests/control_flow_gpu_check.py 2>&1 | tee "$OUT/control_flow.log" | tail -60
+echo "control flow check exit: ${PIPESTATUS[0]}"
 fi
 section done

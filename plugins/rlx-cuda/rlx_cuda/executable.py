@@ -15,7 +15,10 @@ Backend options (``CompileOptions.backend``): ``device`` (index, default 0),
 ``rlx_cuda.views``), ``attention`` ("auto" | "flash" | "decode" | "cublas": force one
 attention kernel where it applies, see ``lower.attention_kernel``),
 ``attention_splits`` (force this many key splits per attention block),
-``attention_scores_bytes`` (scores memory per launch of the cuBLAS attention path).
+``attention_scores_bytes`` (scores memory per launch of the cuBLAS attention path),
+``control_flow`` ("auto" | "host": "host" keeps if/while/scan driven from the host
+instead of CUDA graph conditional nodes, see ``rlx_cuda.control``; the executable's
+``control_flow_mode`` says which runs).
 The environment variable ``RLX_CUDA_BACKEND`` (a JSON object) supplies defaults for
 these options, e.g. ``'{"attention": "cublas"}'`` to route a whole test suite or
 benchmark around a suspect kernel; options given in ``CompileOptions`` win.
@@ -35,6 +38,8 @@ from rlx_core.reference import evaluate
 from rlx_core.rng import RngOptions, combine_seed
 from rlx_core.runtime import CompileOptions, ExecutableGraph, Pending, PrecisionPolicy, Tracer
 
+from . import graphs
+from .control import CONTROL_KINDS, ControlFlow, control_flow, emit_items, executable_items
 from .dtypes import storage_np
 from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
 from .plan import plan_memory
@@ -46,9 +51,10 @@ __all__ = ["CudaExecutable", "OUTPUT_MODES"]
 
 log = logging.getLogger("rlx.cuda")
 OUTPUT_MODES = ("numpy", "cupy", "torch")
+CONTROL_FLOW_MODES = ("auto", "host")
 _SUBMIT_DEPTH = 4  # submitted runs in flight per executable (each holds a pinned staging slot)
 _KNOWN_OPTIONS = {"device", "outputs", "graph_capture", "fuse", "fold_views", "attention", "attention_splits",
-                  "attention_scores_bytes"}
+                  "attention_scores_bytes", "control_flow"}
 
 
 def backend_options(given: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,6 +81,9 @@ def check_backend_options(options: Mapping[str, Any]) -> None:
     if options.get("attention", "auto") not in ATTENTION_KERNELS:
         raise RlxError(f"cuda backend option attention must be one of {', '.join(ATTENTION_KERNELS)}, "
                        f"got {options['attention']!r}")
+    if options.get("control_flow", "auto") not in CONTROL_FLOW_MODES:
+        raise RlxError(f"cuda backend option control_flow must be one of {', '.join(CONTROL_FLOW_MODES)}, "
+                       f"got {options['control_flow']!r}")
     splits = options.get("attention_splits")
     if splits is not None and not (isinstance(splits, int) and not isinstance(splits, bool) and splits >= 1):
         raise RlxError(f"cuda backend option attention_splits must be an int >= 1, got {splits!r}")
@@ -125,7 +134,8 @@ class CudaExecutable(ExecutableGraph):
         self._outputs = [self.arrays[r] for r in graph.outputs]
         self._out_dtypes = graph.output_shapes
         self.capture_enabled = bool(self.backend.get("graph_capture", True)) and \
-            all(cap for _, cap, _ in self._bound)
+            all(cap or (i in self._control and self._control[i].reason is None)
+                for i, (_, cap, _) in enumerate(self._bound))
         self._graph = None
         self._staging: Staging | None = None  # made by the first run (control-flow bodies never need it)
         self._ring: list[Staging] = []  # submit's staging slots, made by the first submit
@@ -143,6 +153,7 @@ class CudaExecutable(ExecutableGraph):
         with self.rt.device:
             self.arena = self.rt.alloc(self.plan.size)
             self.arrays = self._bind_arrays()
+            self._control: dict[int, ControlFlow] = {}  # step index -> its control-flow node
             self._bound = [(step.label, step.capturable, [self._bind(i, a) for a in step.actions])
                            for i, step in enumerate(self.steps)]
 
@@ -208,6 +219,9 @@ class CudaExecutable(ExecutableGraph):
         if isinstance(action, Memset):
             dst = self._address(step, action.dst)
             return lambda: rt.memset(dst, action.value, action.nbytes, cp.cuda.get_current_stream())
+        if isinstance(action, Host) and action.node.kind in CONTROL_KINDS:
+            self._control[step] = control_flow(self, action.node)
+            return self._control[step]
         if isinstance(action, Host):
             from .tail import host_step
             node = action.node
@@ -300,7 +314,7 @@ class CudaExecutable(ExecutableGraph):
 
     def run_device(self, args: Sequence[Any]) -> list[Any]:
         """Run on device arrays bound to the inputs by position; returns arena views
-        (valid until the next run). Control-flow bodies run through this."""
+        (valid until the next run)."""
         for view, value in zip(self._inputs.values(), args):
             self._write(view, value)
         self._execute()
@@ -320,8 +334,10 @@ class CudaExecutable(ExecutableGraph):
                     act()
             return
         stream = self.cp.cuda.get_current_stream()
-        for label, _, actions in self._bound:
-            with self._tracer.span(label):
+        for i, (label, _, actions) in enumerate(self._bound):
+            ctl = self._control.get(i)
+            with self._tracer.span(f"{label} [control flow: {ctl.mode}]" if ctl else label,
+                                   "control_flow" if ctl else "op"):
                 for act in actions:
                     act()
                 stream.synchronize()
@@ -329,23 +345,32 @@ class CudaExecutable(ExecutableGraph):
 
     def _capture(self) -> None:
         """Record every action into one CUDA graph (after a first eager run, so kernels
-        are compiled and cuBLAS is initialized). A failure keeps eager execution."""
-        stream = self.cp.cuda.Stream(non_blocking=True)
-        self.cp.cuda.get_current_stream().synchronize()
+        are compiled and cuBLAS is initialized), control flow as conditional nodes
+        (``rlx_cuda.control``). A failure keeps eager execution, and control flow on the host."""
         try:
-            with stream:
-                stream.begin_capture()
-                try:
-                    for _, _, actions in self._bound:
-                        for act in actions:
-                            act()
-                finally:
-                    graph = stream.end_capture()
-            self._graph = graph
+            if self._control:
+                self._graph = graphs.build(self.cp, lambda chain: emit_items(chain, executable_items(self)))
+            else:
+                self._graph = graphs.capture(self.cp, [act for _, _, actions in self._bound for act in actions])
         except Exception as e:  # capture is an optimization: never fail the run for it
             self.capture_enabled = False
             self.capture_error = f"{type(e).__name__}: {e}"
+            for ctl in self._control.values():
+                ctl.fail(self.capture_error)
             log.warning("cuda: CUDA graph capture of '%s' failed, running eagerly: %s", self.graph.name, e)
+
+    @property
+    def control_flow_mode(self) -> str | None:
+        """How control flow runs: "device" (CUDA graph conditional nodes), "host" (loops
+        driven from the host), "mixed", or None without control flow. Decided at compile
+        time; a conditional graph that fails to build turns its nodes to "host"."""
+        modes = {ctl.mode for ctl in self._control.values()}
+        return None if not modes else modes.pop() if len(modes) == 1 else "mixed"
+
+    @property
+    def control_flow_reasons(self) -> dict[str, str]:
+        """Why each host-mode control-flow node is not on the device (label -> reason)."""
+        return {ctl.label: ctl.reason for ctl in self._control.values() if ctl.reason is not None}
 
     def _write(self, view, value) -> None:
         """Copy a host (numpy) or device (DLPack) array into ``view`` without a host round trip."""

@@ -1,5 +1,6 @@
 """Host-driven steps: kinds run through CuPy's numpy-compatible library (real device
-kernels: thrust sorts, cuSOLVER, cuFFT), control flow, and onnxruntime-mode rng.
+kernels: thrust sorts, cuSOLVER, cuFFT) and onnxruntime-mode rng. (Control flow, also
+lowered to ``Host`` actions, runs through ``rlx_cuda.control``.)
 
 Each follows its reference kernel line by line with ``cupy`` for ``numpy``, on values
 widened the way the reference widens them: f16/bf16 in f32, and FFTs in double
@@ -109,66 +110,5 @@ def _rng(exe, node, *like):
     return exe.cp.asarray(values.astype(np.float32) if a["dtype"].is_low_float else values)
 
 
-# --- control flow: bodies run as sub-executables on the device, under rng.fold_in(i) -----
-def _run_body(exe, graph, args, iteration):
-    sub = exe.subgraph(graph)
-    sub.set_rng(exe.rng.fold_in(iteration))
-    return [o.copy() for o in sub.run_device(args)]
-
-
-def _truth(cp, flag) -> bool:
-    return bool(cp.asnumpy(flag).reshape(()))
-
-
-def _if(exe, node, cond, *operands):
-    branch = node.attrs["then_branch"] if _truth(exe.cp, cond) else node.attrs["else_branch"]
-    return _run_body(exe, branch, _stored(exe, node, operands), 0)
-
-
-def _while(exe, node, *carried):
-    a = node.attrs
-    state, i = list(_stored(exe, node, carried)), 0
-    while a["max_iterations"] is None or i < a["max_iterations"]:
-        if not _truth(exe.cp, _run_body(exe, a["cond"], state, i)[0]):
-            break
-        state = _run_body(exe, a["body"], state, i)
-        i += 1
-    return _widened(exe, node, state)
-
-
-def _scan(exe, node, *operands):
-    cp, a = exe.cp, node.attrs
-    nc = a["num_carry"]
-    stored = _stored(exe, node, operands)
-    carry, xs = list(stored[:nc]), stored[nc:]
-    y_shapes = node.outputs[nc:]
-    from .dtypes import storage_np
-    ys = [cp.empty(s.dims, storage_np(s.dtype)) for s in y_shapes]
-    length = xs[0].shape[0]
-    for i, t in enumerate(range(length - 1, -1, -1) if a["reverse"] else range(length)):
-        outs = _run_body(exe, a["body"], carry + [x[t] for x in xs], i)
-        carry = outs[:nc]
-        for y, y_t in zip(ys, outs[nc:]):
-            y[t] = y_t
-    return _widened(exe, node, carry + ys)
-
-
-def _stored(exe, node, values):
-    """Widened operands back in their storage form (what a sub-executable takes)."""
-    return [narrow(exe.cp, v, exe.graph.shape_of(r).dtype)
-            for v, r in zip(values, node.inputs[len(node.inputs) - len(values):])]
-
-
-def _widened(exe, node, stored):
-    return [widen(exe.cp, v, s.dtype) for v, s in zip(stored, node.outputs)]
-
-
-def _if_result(fn):
-    def run(exe, node, *args):
-        return _widened(exe, node, fn(exe, node, *args))
-    return run
-
-
 _HOST = {"cumsum": _cumsum, "topk": _topk, "dense_solve": _dense_solve, "fft": _fft, "rfft": _rfft,
-         "irfft": _irfft, "rng_uniform": _rng, "rng_normal": _rng, "if": _if_result(_if), "while": _while,
-         "scan": _scan}
+         "irfft": _irfft, "rng_uniform": _rng, "rng_normal": _rng}
