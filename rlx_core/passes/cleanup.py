@@ -6,7 +6,8 @@
   ``FOLD_LIMIT_BYTES``, or grow beyond ``FOLD_GROWTH_BYTES`` while being larger than
   the constants it is computed from (an ``expand`` of a scalar into a large tensor stays
   a cheap runtime op instead of a large constant). Params are never folded: their values
-  are set after compiling. Random ops, control flow and custom ops are never folded.
+  are set after compiling. Random ops, control flow and custom ops are never folded, nor
+  are ops without inputs (``arange``): they cost what a constant costs.
 * ``eliminate_common``: two nodes of one kind, with the same inputs and attributes,
   compute the same value; the later one reads the earlier one's (equal constants merge
   too, up to ``CSE_CONSTANT_BYTES`` each). Random ops, control flow and custom ops are
@@ -32,7 +33,6 @@ __all__ = ["fold_constants", "eliminate_common", "eliminate_dead", "FOLD_LIMIT_B
 FOLD_LIMIT_BYTES = 64 << 20   # no folded constant is larger
 FOLD_GROWTH_BYTES = 1 << 20   # ... nor larger than this and than its constant inputs together
 CSE_CONSTANT_BYTES = 64 << 10  # larger constants are not compared (hashing weights on every compile)
-SOURCES = ("input", "param", "constant")
 
 
 def is_pure(node: Node) -> bool:
@@ -50,8 +50,8 @@ def fold_constants(graph: Graph) -> tuple[Graph, list[str]]:
 
     def visit(new: Graph, node: Node, lookup):
         ins = [lookup(r) for r in node.inputs]
-        if node.kind == "constant" or not _fits(node, ins) or not all(v.ref.node in constant_ids for v in ins) \
-                or not is_pure(node) or node.kind in SOURCES:
+        if not node.inputs or not _fits(node, ins) or not all(v.ref.node in constant_ids for v in ins) \
+                or not is_pure(node):
             outs = None
         else:
             args = [new.nodes[v.ref.node].attrs["value"] for v in ins]
@@ -68,7 +68,7 @@ def fold_constants(graph: Graph) -> tuple[Graph, list[str]]:
 
 def _foldable(graph: Graph, node: Node) -> bool:
     """Cheap pre-check: some node reads only constants (or is a pure source op)."""
-    if node.kind in SOURCES or not is_pure(node):
+    if not node.inputs or not is_pure(node):
         return False
     return all(graph.nodes[r.node].kind == "constant" for r in node.inputs) and _fits(
         node, [graph.value(r) for r in node.inputs])
