@@ -430,16 +430,33 @@ def _host_array(value: Any, name: str, what: str, err: type) -> np.ndarray:
         raise err(f"{what} '{name}': cannot read {type(value).__name__} as an array: {e}") from None
 
 
+_DTYPES: dict[Any, "DType | None"] = {}  # an array library's dtype object -> its DType
+
+
 def _dtype_of(arr) -> DType | None:
     """The DType of a numpy, JAX, CuPy, torch or MLX array (``torch.float32``,
-    ``mlx.core.float32`` name theirs after a module prefix); None if it has none."""
+    ``mlx.core.float32`` name theirs after a module prefix); None if it has none.
+    Memoized per dtype object: a run checks every device input and output with it, and
+    working out a torch dtype the first time costs two failed conversions."""
+    dt = getattr(arr, "dtype", None)
+    if dt is None:
+        return None  # (np.dtype(None) would be float64)
     try:
-        return DType.of(np.dtype(arr.dtype))
+        return _DTYPES[dt]
+    except (KeyError, TypeError):  # TypeError: an unhashable dtype object
+        pass
+    try:
+        found = DType.of(np.dtype(dt))
     except Exception:
         try:
-            return DType.of(str(arr.dtype).rsplit(".", 1)[-1])
+            found = DType.of(str(dt).rsplit(".", 1)[-1])
         except Exception:
-            return None
+            found = None
+    try:
+        _DTYPES[dt] = found
+    except TypeError:
+        pass
+    return found
 
 
 def value_from_bytes(node: Node, data: bytes, dtype, err: type, what: str) -> np.ndarray:
