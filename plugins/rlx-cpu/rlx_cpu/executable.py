@@ -198,6 +198,22 @@ class CpuExecutable(ExecutableGraph):
             self._sightings.popitem(last=False)
         return False
 
+    def bind(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+             ) -> tuple["_Runs", list[tuple[np.ndarray, np.ndarray]]]:
+        """Runs of this graph that read its inputs straight from ``inputs`` (no copies in)
+        and write its outputs straight into ``outputs`` where they can (C-contiguous,
+        aligned, a value a step writes), and the ``(dst, src)`` copies left to do after
+        each run: how control flow puts a body into the enclosing run. The runs share
+        this executable's arena: run one binding at a time."""
+        buffers = dict(self._buffers)
+        buffers.update({Ref(n.id): a for n, a in zip(self.graph.input_nodes, inputs)})
+        direct = {r: o for r, o, ok in zip(self.graph.outputs, outputs, self._direct)
+                  if ok and o.flags.c_contiguous and o.flags.aligned}
+        buffers.update(direct)
+        arrays = self._bind_views(buffers)
+        copies = [(o, arrays[r]) for r, o in zip(self.graph.outputs, outputs) if r not in direct and o is not arrays[r]]
+        return _Runs(self._calls(arrays), self._tracer, nested=True), copies
+
     # --- ExecutableGraph ------------------------------------------------------------------
     def set_param(self, name: str, value: np.ndarray) -> None:
         with self._lock:
@@ -229,10 +245,12 @@ class _Runs:
     """A run's bound calls, and the function generated from them for each machine state
     (``rlx_cpu.load``): the states differ in how BLAS calls use the cores. Where a
     state's plan puts some BLAS call on several cores, its run is an ``AdaptiveRun``
-    between that plan and one with every BLAS call on one thread."""
+    between that plan and one with every BLAS call on one thread. ``nested``: the runs of
+    a control-flow body, called from inside the enclosing run (whose numpy warnings are
+    already silenced)."""
 
-    def __init__(self, steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None):
-        self._steps, self._tracer = steps, tracer
+    def __init__(self, steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None, nested: bool = False):
+        self._steps, self._tracer, self._nested = steps, tracer, nested
         self._by_state = {state: self._generate(state) for state in (QUIET, LOADED)}
 
     def get(self, state: str) -> Callable[[Mapping[str, np.ndarray]], None]:
@@ -240,13 +258,13 @@ class _Runs:
 
     def _generate(self, state: str) -> Callable[[Mapping[str, np.ndarray]], None]:
         planned = self._planned(lambda c: plan_blas_call(c, state))
-        run = straight_line(planned, self._tracer)
+        run = straight_line(planned, self._tracer, self._nested)
         single = self._planned(single_threaded)
         if _multi_core(planned, single):
-            return AdaptiveRun([run, straight_line(single, self._tracer)])
+            return AdaptiveRun([run, straight_line(single, self._tracer, self._nested)])
         multi = self._planned(multi_threaded) if state == QUIET else planned
         if _multi_core(multi, planned):  # a stored one-thread plan is checked at run time too
-            return AdaptiveRun([run, straight_line(multi, self._tracer)])
+            return AdaptiveRun([run, straight_line(multi, self._tracer, self._nested)])
         return run
 
     def _planned(self, plan: Callable[[Call], Call]) -> list[tuple[str | None, list[Call]]]:
@@ -267,7 +285,7 @@ class _Feed:
         self.name = name
 
 
-def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None = None
+def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | None = None, nested: bool = False
                   ) -> Callable[[Mapping[str, np.ndarray]], None]:
     """One function ``run(feeds)`` making every call in order, its arguments bound as
     closure variables (``_Feed`` arguments read ``feeds[name]``). BLAS calls switch
@@ -275,7 +293,8 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
     OpenBLAS's own counts are restored at the end); a call with ``stall_after`` is timed
     and reported to ``rlx_cpu.load`` when it takes longer. numpy floating-point warnings
     are silenced around the body when it makes numpy calls (inf and NaN are defined
-    results, as in the reference); with a tracer, every labelled step is a span."""
+    results, as in the reference) unless ``nested`` (the caller runs it silenced);
+    with a tracer, every labelled step is a span."""
     names: dict[int, str] = {}
     bound: dict[str, Any] = {}
 
@@ -315,7 +334,7 @@ def straight_line(steps: list[tuple[str | None, list[Call]]], tracer: Tracer | N
         body.append(f"{name_of(tracer.end_run)}()")
     if switched:  # give OpenBLAS its own counts back, whatever happens
         body = ["try:"] + ["    " + line for line in body] + ["finally:", f"    {name_of(control.restore)}()"]
-    if numpy_calls:
+    if numpy_calls and not nested:
         bound["errstate"] = np.errstate
         body = ["with errstate(all='ignore'):"] + ["    " + line for line in body]
     params = ", ".join(bound)
@@ -359,6 +378,10 @@ class _StepContext(RefContext):
     @rng.setter
     def rng(self, value):  # RefContext's constructor assigns it; the executable owns it
         pass
+
+    def body(self, graph: Graph) -> CpuExecutable:
+        """``graph`` (a control-flow body) compiled for the CPU, once per executable."""
+        return self._exe.subgraph(graph)
 
     def run_subgraph(self, graph: Graph, args, rng=None):
         sub = self._exe.subgraph(graph)

@@ -106,4 +106,4 @@ def fallback_kinds(kinds) -> list[str]:
     return sorted(k for k in kinds if k not in KERNELS)
 
 
-from . import conv, elementwise, fft, fused, linalg, movement, nn, reduce  # noqa: E402,F401  (register builders)
+from . import control, conv, elementwise, fft, fused, linalg, movement, nn, reduce  # noqa: E402,F401  (register builders)

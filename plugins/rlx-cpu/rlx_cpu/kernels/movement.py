@@ -35,6 +35,12 @@ def gather_step(b: Bound):
     defines) wraps by repeated subtraction: an index of 2**62 would never return."""
     table, indices, axis = b.ins[0], b.ins[1], b.node.attrs["axis"]
     what = b.graph.describe(b.node)
+    fixed = b.graph.nodes[b.node.inputs[1].node]
+    if fixed.kind == "constant" and indices.ndim == 0 and index_range_error(what, indices, table.shape[axis],
+                                                                           axis) is None:
+        # one constant index (q/k/v picked from a packed projection): a copy of that slice,
+        # where np.take would first copy a strided table whole
+        return Call(np.copyto, (b.outs[0], table[(slice(None),) * axis + (int(indices) % table.shape[axis],)]))
 
     def check():
         error = index_range_error(what, indices, table.shape[axis], axis)
