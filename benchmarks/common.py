@@ -77,10 +77,12 @@ def median_of(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
-def interleaved_times(contenders: dict, repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+def interleaved_times(contenders: dict, repeats: int, warmup: int = 1, settle_s: float = 0.0
+                      ) -> dict[str, list[float]]:
     """Seconds per call of each contender: ``warmup`` untimed rounds, then ``repeats``
     rounds of one call of each, in a shuffled order (seeded), so that a slow spell of a
-    shared machine hits them all alike."""
+    shared machine hits them all alike. ``settle_s``: an untimed pause before each timed
+    call (runtimes sharing a process: the one before's idle threads spin on a while)."""
     import numpy as np
     for _ in range(warmup):
         for fn in contenders.values():
@@ -90,6 +92,8 @@ def interleaved_times(contenders: dict, repeats: int, warmup: int = 1) -> dict[s
     shuffle = np.random.default_rng(0).permutation
     for _ in range(repeats):
         for name in shuffle(order):
+            if settle_s:
+                time.sleep(settle_s)
             t0 = time.perf_counter()
             contenders[name]()
             times[name].append(time.perf_counter() - t0)
