@@ -6,7 +6,8 @@ reshapes merged, the patterns exporters write recognised as the fused ops builde
 graphs use (GELU, LayerNorm/RMSNorm, attention), BatchNorm folded into its conv or
 matmul, then clean-up again. Each pass keeps the graph's inputs, params and outputs
 (names, dims, dtypes) and its meaning; the report says what each one changed
-(``CompiledGraph.explain()``, ``rlx run --explain``).
+(``CompiledGraph.explain()``, ``rlx run --explain``). Control-flow bodies (``if``,
+``while``, ``scan`` subgraphs) are compiled as given: the passes read the top level.
 
 Which passes run: ``CompileOptions(passes=...)``, else ``RLX_PASSES``, else all.
 A value is ``all``, ``none`` (also ``off``, ``0``), or comma-separated pass names
