@@ -178,7 +178,8 @@ class CompiledGraph:
         self._params: dict[str, Node] = {n.attrs["name"]: n for n in graph.param_nodes}
         self._unset_params: set[str] = set(self._params)
         # name -> (dims, numpy dtype): an input matching it exactly takes the fast path in run
-        self._input_specs = {name: (tuple(n.attrs["dims"]), n.attrs["dtype"].np) for name, n in self._inputs.items()}
+        self._input_specs = {name: (tuple(n.attrs["dims"]), n.attrs["dtype"].np, n.attrs["dtype"])
+                             for name, n in self._inputs.items()}
         self._device_arrays = "dlpack" in executable.capabilities  # takes DLPack arrays as they are
         self._local = threading.local()  # .staged: this thread's set_input values
         # (dims, numpy dtype, DType) per output: what run checks the backend's results against
@@ -294,15 +295,19 @@ class CompiledGraph:
         specs = self._input_specs
         for name, value in given.items():
             spec = specs.get(name)
-            # Fast path: exactly the declared dims and numpy dtype, and a C-contiguous numpy
-            # array or a device array for a backend that takes them (JAX and CuPy arrays
-            # carry numpy dtypes); anything else is checked and converted by check_value.
-            if spec is not None and type(getattr(value, "dtype", None)) is type(spec[1]) \
-                    and value.dtype == spec[1] and value.shape == spec[0] \
-                    and (value.flags.c_contiguous if isinstance(value, np.ndarray)
-                         else self._device_arrays and hasattr(value, "__dlpack__")):
-                feeds[name] = value
-                continue
+            # Fast paths: a C-contiguous numpy array of exactly the declared dims and dtype,
+            # or a device array of the declared dims and dtype (torch's, JAX's, CuPy's) for
+            # a backend that takes them; anything else is checked and converted by check_value.
+            if spec is not None:
+                if type(value) is np.ndarray:
+                    if value.dtype == spec[1] and value.shape == spec[0] and value.flags.c_contiguous:
+                        feeds[name] = value
+                        continue
+                elif self._device_arrays and not isinstance(value, np.ndarray) and hasattr(value, "__dlpack__") \
+                        and _dtype_of(value) is spec[2] \
+                        and tuple(value.shape) == spec[0]:
+                    feeds[name] = value
+                    continue
             node = self._lookup(self._inputs, name, "input", InputError)
             feeds[name] = check_value(node, value, InputError, "input", self._device_arrays)
         if len(feeds) != len(specs):

@@ -44,7 +44,7 @@ from .dtypes import storage_np
 from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
 from .plan import plan_memory
 from .runtime import Runtime
-from .staging import Staging
+from .staging import Staging, torch_stream
 from .steps import Buf, Copy, Gemm, Host, Launch, Memset
 
 __all__ = ["CudaExecutable", "OUTPUT_MODES"]
@@ -391,7 +391,7 @@ class CudaExecutable(ExecutableGraph):
             return self._staging.read_numpy([shape.dtype.np for shape in self._out_dtypes], out)
         if self.output_mode == "torch":
             import torch
-            if torch.cuda.current_stream(self.rt.index).cuda_stream == self.cp.cuda.get_current_stream().ptr:
+            if torch_stream(torch, self.rt.index) == self.cp.cuda.get_current_stream().ptr:
                 return self._staging.read_torch([getattr(torch, shape.dtype.np.name) for shape in self._out_dtypes])
             copies = [src.copy() for src in self._outputs]  # another stream: DLPack orders the hand-over
             return [_torch_view(torch.from_dlpack(c), shape.dtype) for c, shape in zip(copies, self._out_dtypes)]

@@ -264,11 +264,15 @@ class CopyTable:
         self.entries = [e for e in entries if e[2] and (e[0] != e[1] or e[3] != e[4])]
         words = np.array(self.entries, dtype=np.uint64).reshape(-1, _ENTRY_WORDS)
         self.table = cp.asarray(words) if self.entries else None
-        biggest = max((e[2] for e in self.entries), default=0)
-        self.blocks = max(1, min(1024, -(-biggest // (_COPY_BLOCK * 16))))
+        self.blocks = _copy_blocks(max((e[2] for e in self.entries), default=0))
 
     def __len__(self) -> int:
         return len(self.entries)
+
+
+def _copy_blocks(nbytes: int) -> int:
+    """Blocks per copy of ``rlx_cf_copy``: one per 16-byte word of every thread, at most 1024."""
+    return max(1, min(1024, -(-nbytes // (_COPY_BLOCK * 16))))
 
 
 class ControlKernels:
@@ -294,6 +298,12 @@ class ControlKernels:
         if len(table):
             self._copy((table.blocks, len(table)), (_COPY_BLOCK,),
                        (np.uint64(table.table.data.ptr), np.uint64(counter), np.int64(length), np.int32(reverse)))
+
+    def copy_rows(self, table_ptr: int, rows: int, biggest: int) -> None:
+        """The first ``rows`` entries (without steps) of a table at ``table_ptr``, which may
+        be mapped pinned host memory: one launch for a run's device-input copies."""
+        self._copy((_copy_blocks(biggest), rows), (_COPY_BLOCK,),
+                   (np.uint64(table_ptr), np.uint64(0), np.int64(0), np.int32(0)))
 
 
 _kernels: dict[tuple[int, bool], tuple[ControlKernels | None, str | None]] = {}

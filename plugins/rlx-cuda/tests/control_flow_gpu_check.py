@@ -194,7 +194,7 @@ def _err(got, expected) -> float:
 
 
 def _traced_modes(graph, params, feeds) -> str:
-    c = Session("cuda", options=CompileOptions(tracing=True)).compile(graph)
+    c = Session("cuda", options=CompileOptions(trace=True)).compile(graph)
     if params:
         c.set_params(params)
     for _ in range(3):
