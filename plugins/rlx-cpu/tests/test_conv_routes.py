@@ -66,3 +66,24 @@ def test_routes_are_measured_once_and_stored(monkeypatch, stored):
     assert list(stored._values.values()) in ([route], ["~" + route]) and route in ("channels_last", "nchw", "direct")
     monkeypatch.setattr(conv, "_fastest_route", lambda *_: pytest.fail("measured twice"))
     assert conv.conv_route(node, g) == route
+
+
+def test_a_gemm_route_counts_with_its_two_thread_time(monkeypatch):
+    from rlx_cpu import threads
+    if threads.blas_threads() is None:
+        pytest.skip("numpy's BLAS is not a multi-threaded OpenBLAS")
+    seen = {}
+
+    def fixed(ways, control, rounds):  # what a quiet two-core machine measures for a 16->32 conv
+        seen.update(ways)
+        medians = {"direct": 3.0, "nchw": 4.0, "nchw openblas": 2.0, "channels_last": 5.0,
+                   "channels_last openblas": 4.5}
+        return {name: [medians[name]] * rounds for name in ways}
+    monkeypatch.setattr(threads, "measure", fixed)
+    g = Graph("conv")
+    x = g.input("x", (1, 16, 16, 16))
+    g.set_outputs([g.conv(x, g.param("w", (32, 16, 3, 3)), pads=(1, 1, 1, 1))])
+    geometry = conv._Geometry(g.nodes[-1], g)
+    assert conv._fastest_route(geometry, geometry.routes()) == "nchw"
+    assert seen["nchw"].threads == 1 and seen["nchw openblas"].threads == threads.OWN_THREADS
+    assert "direct openblas" not in seen  # no GEMM: one way

@@ -14,8 +14,9 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
   one group. It wins where im2col + GEMM are inefficient: few input channels.
 
 ``conv_route`` times the eligible routes once per geometry and dtype on sample data
-(BLAS on one thread, each route followed by the pass that brings its result into an
-NCHW output, since that is where the channels-last route pays its transpose) and stores
+(GEMM routes on one BLAS thread and on two, each route followed by the pass that
+brings its result into an NCHW output, since that is where the channels-last route pays
+its transpose) and stores
 the choice with the kernel cache (``rlx_cpu.planner``: measured again in the background
 if the machine was not known to be quiet).
 """
@@ -191,29 +192,31 @@ def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.
 
 def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
     """Time every route on sample data of one image, each followed by its pass into an
-    NCHW output; BLAS on one thread."""
-    from ..threads import blas_threads
+    NCHW output: routes with a GEMM both on one BLAS thread and on OpenBLAS's own (a
+    quiet machine's run may give the GEMM both cores), each route by its faster way."""
+    from ..threads import OWN_THREADS, blas_threads, measure
     rng = np.random.default_rng(0)
     dtype = geometry.dtype.np
     x4 = rng.uniform(-1, 1, (1,) + geometry.image).astype(dtype)
     w4 = rng.uniform(-1, 1, (geometry.out_channels, geometry.image[0] // geometry.groups) + geometry.kernel
                      ).astype(dtype)
     out = np.empty((1, geometry.out_channels) + geometry.out_hw, dtype)
+    control = blas_threads()
     ways = {}
     for route in routes:
         scratch = [np.empty(s.dims, dtype) for s in _scratch_dims(geometry, route, 1)]
         calls, result = _route_calls(geometry, route, x4, w4, out, scratch, out.shape)
         finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
-        ways[route] = _sequence(calls + [finish])
-    control = blas_threads()
-    if control is not None:
-        control.set(1)
-    try:
-        times = interleaved_times(ways, rounds=5)
-    finally:
-        if control is not None:
-            control.restore()
-    return min(routes, key=lambda r: float(np.median(times[r])))
+        run = _sequence(calls + [finish])
+        ways[route] = Call(run, threads=1)
+        if control is not None and any(c.fn is np.matmul for c in calls):
+            ways[f"{route} openblas"] = Call(run, threads=OWN_THREADS)
+    if control is None:
+        times = interleaved_times({name: c.fn for name, c in ways.items()}, rounds=5)
+    else:
+        times = measure(ways, control, rounds=5)
+    fastest = min(times, key=lambda name: float(np.median(times[name])))
+    return fastest.split()[0]
 
 
 def _sequence(calls: list[Call]):
