@@ -27,17 +27,25 @@ _STEPS = ("add", "sub", "mul", "div")
 
 
 def fold_affine(graph: Graph) -> tuple[Graph, list[str]]:
-    return apply_matches(graph, _find)
+    dead: set = set()
+    return apply_matches(graph, lambda g, node, uses: _find(g, node, uses, dead))
 
 
-def _find(graph: Graph, node: Node, uses) -> Match | None:
+def _find(graph: Graph, node: Node, uses, dead: set) -> Match | None:
+    """The chain ending at ``node`` and its anchor, if foldable. ``dead`` collects
+    ``(step id, dims)`` of steps whose walk up is known to fail (a step that is not
+    ``operand op constant``, or an anchor that is no conv/matmul), so that a chain of n
+    steps is walked once, not n times."""
     out = node.outputs[0]
-    if node.kind not in _STEPS or not out.dtype.is_float:
+    if node.kind not in _STEPS or not out.dtype.is_float or (node.id, out.dims) in dead:
         return None
     chain, steps, ref = [], {node.id}, Ref(node.id)
     while graph.nodes[ref.node].kind in _STEPS:
         found = _step(graph, graph.nodes[ref.node], out.dims)
-        if found is None or (chain and uses[ref] != 1):
+        if found is None:
+            dead.update((i, out.dims) for i in steps)
+            return None
+        if chain and uses[ref] != 1:
             return None
         steps.add(ref.node)
         op, operand_first, k, ref = found
@@ -54,6 +62,7 @@ def _find(graph: Graph, node: Node, uses) -> Match | None:
         if len(chain) == 1 and chain[0][0] in ("add", "sub"):
             return None  # matmul + constant stays as it is: folding would rebuild the same add
     else:
+        dead.update((i, out.dims) for i in steps)
         return None
     if w is None or b is None:
         return None

@@ -41,26 +41,47 @@ def elementwise_steps(graph: Graph, is_elementwise: Callable[[Node], bool], max_
     for node in reversed(graph.nodes):
         if node.id in absorbed or not is_elementwise(node):
             continue
-        members = [node]
-        if fuse:
-            _absorb(graph, node, members, absorbed, uses, is_elementwise, max_operands)
+        members = _absorb(graph, node, absorbed, uses, is_elementwise, max_operands) if fuse else [node]
         groups[node.id] = sorted(members, key=lambda n: n.id)
     return [Step(tuple(groups.get(node.id, [node])), node.id in groups) for node in graph.nodes
             if node.kind not in no_step and node.id not in absorbed]
 
 
-def _absorb(graph: Graph, consumer: Node, members: list[Node], absorbed: set[int], uses: dict,
-            is_elementwise: Callable[[Node], bool], max_operands: int) -> None:
-    for ref in consumer.inputs:
-        producer = graph.nodes[ref.node]
-        if (producer.id in absorbed or uses[ref] != 1 or len(producer.outputs) != 1
-                or producer.outputs[0].dims != consumer.outputs[0].dims or not is_elementwise(producer)):
+def _absorb(graph: Graph, root: Node, absorbed: set[int], uses: dict, is_elementwise: Callable[[Node], bool],
+            max_operands: int) -> list[Node]:
+    """The group of ``root``: producers joined depth first, each consumer's inputs in order.
+    Iterative (an explicit stack) with the outside operands kept up to date as members
+    join, so that chains of any length group in linear time without deep recursion."""
+    members, inside = [root], {root.id}
+    outside = {r for r in root.inputs}
+    operands = sum(_counts(graph, r) for r in outside)
+    stack = [iter(root.inputs)]
+    while stack:
+        ref = next(stack[-1], None)
+        if ref is None:
+            stack.pop()
             continue
-        if outside_operands(graph, members + [producer]) > max_operands:
+        producer = graph.nodes[ref.node]
+        if (producer.id in absorbed or producer.id in inside or uses[ref] != 1 or len(producer.outputs) != 1
+                or producer.outputs[0].dims != root.outputs[0].dims or not is_elementwise(producer)):
+            continue  # (every member has the root's dims, so this is the consumer's dims test)
+        new = {r for r in producer.inputs if r.node not in inside and r not in outside}
+        total = operands - _counts(graph, ref) + sum(_counts(graph, r) for r in new)
+        if total > max_operands:
             continue
         members.append(producer)
+        inside.add(producer.id)
         absorbed.add(producer.id)
-        _absorb(graph, producer, members, absorbed, uses, is_elementwise, max_operands)
+        outside.discard(ref)
+        outside |= new
+        operands = total
+        stack.append(iter(producer.inputs))
+    return members
+
+
+def _counts(graph: Graph, ref: Ref) -> int:
+    """1 for an outside operand a fused kernel binds, 0 for a one-element constant (inlined)."""
+    return 0 if graph.nodes[ref.node].kind == "constant" and graph.shape_of(ref).size == 1 else 1
 
 
 def outside_operands(graph: Graph, members: list[Node]) -> int:
@@ -68,8 +89,7 @@ def outside_operands(graph: Graph, members: list[Node]) -> int:
     which a kernel inlines, not counted)."""
     inside = {n.id for n in members}
     outside = {r for n in members for r in n.inputs if r.node not in inside}
-    return sum(1 for r in outside
-               if not (graph.nodes[r.node].kind == "constant" and graph.shape_of(r).size == 1))
+    return sum(_counts(graph, r) for r in outside)
 
 
 def use_counts(graph: Graph) -> dict:
