@@ -1,5 +1,6 @@
-"""A small ONNX model to serve: a two-layer MLP with a symbolic batch dim ``N``,
-``y = relu(x @ w1 + b1) @ w2 + b2``; used by the tests, the benchmark and the client example.
+"""A small model to serve: a two-layer MLP, ``y = relu(x @ w1 + b1) @ w2 + b2``, as an ONNX
+file with a symbolic batch dim ``N`` or as an RLX graph of a fixed number of rows; used by
+the tests, the benchmark (an RLX graph: no onnx needed on the GPU host) and the client example.
 """
 from __future__ import annotations
 
@@ -7,7 +8,27 @@ import os
 
 import numpy as np
 
-__all__ = ["write_mlp_onnx", "mlp_numpy"]
+__all__ = ["mlp_weights", "mlp_graph", "write_mlp_onnx", "mlp_numpy"]
+
+
+def mlp_weights(features: int = 16, hidden: int = 32, outputs: int = 4, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    weights = {"w1": rng.standard_normal((features, hidden)) / np.sqrt(features),
+               "b1": rng.standard_normal(hidden) * 0.1,
+               "w2": rng.standard_normal((hidden, outputs)) / np.sqrt(hidden),
+               "b2": rng.standard_normal(outputs) * 0.1}
+    return {k: v.astype(np.float32) for k, v in weights.items()}
+
+
+def mlp_graph(rows: int, weights: dict[str, np.ndarray]):
+    """The MLP as an RLX graph of ``rows`` rows (input ``x``, output ``y``; params by name)."""
+    from rlx_core import Graph, Shape
+    g = Graph("mlp")
+    x = g.input("x", Shape((rows, weights["w1"].shape[0]), "f32"))
+    p = {k: g.param(k, Shape(v.shape, "f32")) for k, v in weights.items()}
+    h = g.relu(x @ p["w1"] + p["b1"])
+    g.set_outputs([h @ p["w2"] + p["b2"]], names=["y"])
+    return g
 
 
 def write_mlp_onnx(path: "str | os.PathLike", features: int = 16, hidden: int = 32, outputs: int = 4,
@@ -17,12 +38,7 @@ def write_mlp_onnx(path: "str | os.PathLike", features: int = 16, hidden: int = 
     from rlx_core.frontends.onnx import require_onnx
     onnx = require_onnx()
     from onnx import TensorProto, helper, numpy_helper
-    rng = np.random.default_rng(seed)
-    weights = {"w1": rng.standard_normal((features, hidden)) / np.sqrt(features),
-               "b1": rng.standard_normal(hidden) * 0.1,
-               "w2": rng.standard_normal((hidden, outputs)) / np.sqrt(hidden),
-               "b2": rng.standard_normal(outputs) * 0.1}
-    weights = {k: v.astype(np.float32) for k, v in weights.items()}
+    weights = mlp_weights(features, hidden, outputs, seed)
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h0"]), helper.make_node("Add", ["h0", "b1"], ["h1"]),
              helper.make_node("Relu", ["h1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y0"]),
              helper.make_node("Add", ["y0", "b2"], ["y"])]

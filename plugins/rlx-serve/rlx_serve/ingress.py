@@ -54,9 +54,8 @@ class IngressOptions:
 
 def _replica_lost_errors() -> tuple[type[BaseException], ...]:
     """The errors that mean the replica (not the request) failed."""
-    from ray.exceptions import RayActorError, WorkerCrashedError
-    from ray.serve.exceptions import ReplicaUnavailableError
-    return RayActorError, WorkerCrashedError, ReplicaUnavailableError
+    from ray.exceptions import RayActorError, WorkerCrashedError  # RayActorError: ActorDiedError, ActorUnavailableError
+    return RayActorError, WorkerCrashedError
 
 
 class Ingress:

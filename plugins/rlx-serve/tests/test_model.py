@@ -15,7 +15,7 @@ from rlx_serve.app import replica_resources
 from rlx_serve.errors import BadRequestError, RequestError, ServeConfigError, as_request_error
 from rlx_serve.model import Batching, Signature, load_model
 from rlx_serve.payload import JSON, NPY, NPZ, decode, encode
-from rlx_serve.demo import mlp_numpy
+from rlx_serve.demo import mlp_graph, mlp_numpy
 from rlx_serve.reply import Prediction
 
 
@@ -206,8 +206,9 @@ def test_request_errors_cross_processes_with_status_and_kind():
 
 def test_the_demo_model_matches_numpy(mlp):
     path, weights = mlp
-    spec = load_model(path)
-    compiled = Session("cpu").compile(spec.graph())
-    compiled.set_params(spec.params)
     x = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
-    np.testing.assert_allclose(compiled.run({"x": x})["y"], mlp_numpy(x, weights), rtol=1e-5, atol=1e-5)
+    for spec in (load_model(path), load_model(mlp_graph(8, weights), weights=weights, batching=True)):
+        assert spec.signature.batch == 8
+        compiled = Session("cpu").compile(spec.graph())
+        compiled.set_params(spec.params)
+        np.testing.assert_allclose(compiled.run({"x": x})["y"], mlp_numpy(x, weights), rtol=1e-5, atol=1e-5)
