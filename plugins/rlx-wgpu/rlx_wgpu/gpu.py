@@ -10,7 +10,11 @@
   WebGPU implementation (a browser included).
 
 ``Gpu`` is the opened device plus what every compiled graph on it shares: the pipeline
-cache (one pipeline per WGSL source) and the bind-group layouts.
+cache (one pipeline per WGSL source, the ``PIPELINE_CACHE_SIZE`` most recently used kept:
+sources bake shapes and scalar constants in, so a process compiling many graphs that differ
+only in a literal would otherwise keep every pipeline forever; a compiled graph holds its
+own pipelines, so an evicted one lives exactly as long as the graphs using it) and the
+bind-group layouts.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import functools
 import os
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -170,7 +175,8 @@ class Gpu:
         self.f16 = "shader-f16" in self.features
         self.alignment = max(16, self.limits["min-storage-buffer-offset-alignment"])
         self.tuning: dict | None = None  # the calibration (rlx_wgpu.calibrate), read on first use
-        self._pipelines: dict[str, object] = {}
+        self._pipelines: OrderedDict[str, object] = OrderedDict()  # source -> pipeline, least recent first
+        self.pipeline_cache_size = PIPELINE_CACHE_SIZE
         self._layouts: dict[int, tuple] = {}
         self._lock = threading.Lock()
 
@@ -215,15 +221,21 @@ class Gpu:
 
     # --- pipelines ----------------------------------------------------------------------
     def pipeline(self, source: str, n_bindings: int):
-        """The compute pipeline of a WGSL source (entry point ``main``), compiled once."""
+        """The compute pipeline of a WGSL source (entry point ``main``): from the LRU cache,
+        else compiled and cached (evicting the least recently used beyond
+        ``pipeline_cache_size``)."""
         with self._lock:
             hit = self._pipelines.get(source)
-            if hit is None:
-                module = self.device.create_shader_module(code=source)
-                _, pipe_layout = self._layout(n_bindings)
-                hit = self.device.create_compute_pipeline(layout=pipe_layout,
-                                                          compute={"module": module, "entry_point": "main"})
-                self._pipelines[source] = hit
+            if hit is not None:
+                self._pipelines.move_to_end(source)
+                return hit
+            module = self.device.create_shader_module(code=source)
+            _, pipe_layout = self._layout(n_bindings)
+            hit = self.device.create_compute_pipeline(layout=pipe_layout,
+                                                      compute={"module": module, "entry_point": "main"})
+            self._pipelines[source] = hit
+            while len(self._pipelines) > max(1, self.pipeline_cache_size):
+                self._pipelines.popitem(last=False)
             return hit
 
     def bind_group_layout(self, n_bindings: int):
@@ -270,6 +282,7 @@ class Gpu:
         return self.device.create_buffer(size=max(nbytes, 4), usage=u.MAP_READ | u.COPY_DST)
 
 
+PIPELINE_CACHE_SIZE = 256  # compute pipelines kept per device for reuse (see the module docstring)
 UNIFIED_MEMORY_FEATURE = "mappable-primary-buffers"  # wgpu-native: MAP_READ/MAP_WRITE on storage buffers
 _SHARED_MEMORY_TYPES = ("IntegratedGPU", "CPU")    # adapters whose memory is the host's
 

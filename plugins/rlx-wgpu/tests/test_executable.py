@@ -71,6 +71,26 @@ def test_one_submit_per_run_and_cached_pipelines():
     assert c.executable.last_submits == 1
 
 
+def test_pipeline_cache_is_bounded_and_evicted_pipelines_stay_with_their_graphs():
+    """600 graphs differing only in a literal (baked into their WGSL) keep at most
+    ``pipeline_cache_size`` pipelines cached; a graph whose pipeline was evicted still runs."""
+    from rlx_wgpu.gpu import PIPELINE_CACHE_SIZE
+    gpu = open_gpu("gpu")
+    assert gpu.pipeline_cache_size == PIPELINE_CACHE_SIZE <= 256
+
+    def literal_graph(c):
+        g = Graph(f"literal{c}")
+        g.set_outputs([g.input("x", (4,)) + float(c)])
+        return _compile(g)
+
+    first = literal_graph(0.5)
+    for c in range(600):
+        literal_graph(c + 1000)
+        assert gpu.pipeline_count <= gpu.pipeline_cache_size
+    assert gpu.pipeline_count == gpu.pipeline_cache_size
+    np.testing.assert_array_equal(first.run({"x": np.ones(4, np.float32)})[0], np.full(4, 1.5, np.float32))
+
+
 def test_control_flow_submits_once_per_condition_read():
     g = Graph("loop")
     x = g.input("x", (4,))
