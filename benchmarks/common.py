@@ -15,7 +15,8 @@
   given ``.json`` path) and the markdown beside it; ``update_readme.py`` copies the markdown
   into the README.
 * ``interleaved_times(contenders, repeats)`` times contenders one call each per round, in
-  a shuffled order; ``paired_ratio(a, b)`` is the median over rounds of a / b.
+  a shuffled order; ``paired_ratio(a, b)`` is the median over rounds of a / b;
+  ``allocated_per_call(fn)`` is tracemalloc's peak during a steady-state call.
 * ``machine()`` describes the host (CPU, cores, library versions, BLAS).
 * ``cublas_sgemm(a, b)`` and ``numpy_matmul(a, b)`` time one f32 product as the peers of
   a backend's GEMM: cuBLAS through CuPy (TF32 off; None without a CUDA GPU), numpy's BLAS.
@@ -37,7 +38,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 __all__ = ["ROOT", "RESULTS", "use_checkout", "sample", "summary", "median_of", "Worker", "in_subprocess",
            "worker_main", "write_results", "markdown_table", "machine", "progress", "cublas_sgemm", "numpy_matmul",
-           "interleaved_times", "paired_ratio"]
+           "interleaved_times", "paired_ratio", "allocated_per_call"]
 
 
 def use_checkout() -> None:
@@ -98,6 +99,23 @@ def interleaved_times(contenders: dict, repeats: int, warmup: int = 1, settle_s:
             contenders[name]()
             times[name].append(time.perf_counter() - t0)
     return times
+
+
+def allocated_per_call(call: Callable[[], Any], warmup: int = 3, repeats: int = 5) -> int:
+    """tracemalloc's peak bytes during one call of ``call`` (the max over ``repeats``
+    calls, after ``warmup``): what a steady-state run allocates."""
+    import tracemalloc
+    for _ in range(warmup):
+        call()
+    tracemalloc.start()
+    peaks = []
+    for _ in range(repeats):
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        call()
+        peaks.append(tracemalloc.get_traced_memory()[1] - base)
+    tracemalloc.stop()
+    return max(peaks)
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:

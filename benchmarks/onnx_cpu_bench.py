@@ -20,8 +20,9 @@ runtime (about ``BURST_S`` of back-to-back runs) in a shuffled order, after a pa
 bursts' mean, the ratio the median over rounds of rlx-cpu's / onnxruntime's
 (``common.paired_ratio``). Compile times come from fresh interpreters (``--worker``):
 *cold* against an empty kernel cache, *warm* a second process on the same cache, also
-while another process keeps one core busy; both exclude numba's one-time start-up and
-the ONNX import, which are reported beside them. ``alloc`` is tracemalloc's peak per
+while another process keeps one core busy; both exclude what a process does once
+(imports, plugin discovery, numba's start-up: ``start``) and the ONNX import, which are
+reported beside them. ``alloc`` is tracemalloc's peak per
 steady-state ``run(x, out=...)``.
 """
 from __future__ import annotations
@@ -31,13 +32,12 @@ import os
 import statistics
 import tempfile
 import time
-import tracemalloc
 from pathlib import Path
 
 import numpy as np
 
-from common import (ROOT, in_subprocess, interleaved_times, machine, markdown_table, paired_ratio, progress,
-                    use_checkout, worker_main, write_results)
+from common import (ROOT, allocated_per_call, in_subprocess, interleaved_times, machine, markdown_table,
+                    paired_ratio, progress, use_checkout, worker_main, write_results)
 
 SCRIPT = Path(__file__).resolve()
 MODELS = ("mlp", "cnn_bn", "encoder", "gpt2_block", "gru", "ifloop")
@@ -192,19 +192,9 @@ def _burst(run, feeds, seconds: float):
 
 
 def allocated_per_run(compiled, feeds) -> int:
-    """tracemalloc's peak bytes during one steady-state ``run(feeds, out=...)`` (the max of 5)."""
+    """tracemalloc's peak bytes during one steady-state ``run(feeds, out=...)``."""
     out = [np.empty(s.dims, s.dtype.np) for s in compiled.output_shapes]
-    for _ in range(3):
-        compiled.run(feeds, out=out)
-    tracemalloc.start()
-    peaks = []
-    for _ in range(5):
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        compiled.run(feeds, out=out)
-        peaks.append(tracemalloc.get_traced_memory()[1] - base)
-    tracemalloc.stop()
-    return max(peaks)
+    return allocated_per_call(lambda: compiled.run(feeds, out=out))
 
 
 def measure_latency(models: dict, rounds: int) -> dict:
@@ -229,20 +219,22 @@ def measure_latency(models: dict, rounds: int) -> dict:
 # --- compile times (fresh interpreters) ---------------------------------------------------------
 def compile_worker(path: str) -> dict:
     """One process importing and compiling the model at ``path`` (cache: XDG_CACHE_HOME)."""
+    t0 = time.perf_counter()
     use_checkout()
     from rlx_core import Session
     from rlx_core.frontends.onnx import load_onnx
+    import rlx_cpu.executable  # noqa: F401  (the backend's modules)
     import rlx_cpu.jit
-    t0 = time.perf_counter()
-    rlx_cpu.jit.warm_up()  # numba's one-time start-up, kept out of the compile time
-    t_numba = time.perf_counter() - t0
+    session = Session("cpu")  # finds the plugins
+    rlx_cpu.jit.warm_up()  # numba's start-up
+    t_start = time.perf_counter() - t0
     t0 = time.perf_counter()
     model = load_onnx(path)
     t_import = time.perf_counter() - t0
     t0 = time.perf_counter()
-    Session("cpu").compile(model.graph)
+    session.compile(model.graph)
     return {"compile_ms": (time.perf_counter() - t0) * 1e3, "import_ms": t_import * 1e3,
-            "numba_start_ms": t_numba * 1e3}
+            "start_ms": t_start * 1e3}
 
 
 def measure_compiles(models: dict) -> dict:

@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["SharedWork", "shared_work", "matmul_blocks"]
+__all__ = ["SharedWork", "shared_work", "matmul_blocks", "PerProcess"]
 
 _BLOCK_COLUMNS = 64  # narrower blocks would make BLAS calls too small to pay their overhead
 
@@ -73,17 +73,23 @@ class SharedWork:
                     jobs[i]()
 
 
-_helper: tuple[int, SharedWork] | None = None  # (pid, helper): a forked child starts its own
-_helper_lock = threading.Lock()
+class PerProcess:
+    """``get()``: one ``factory()`` object per process, made on first use; a forked child
+    makes its own (the parent's threads do not run in it)."""
+
+    def __init__(self, factory: Callable[[], object]):
+        self._factory = factory
+        self._lock = threading.Lock()
+        self.made: tuple[int, object] | None = None  # (pid, object)
+
+    def __call__(self):
+        with self._lock:
+            if self.made is None or self.made[0] != os.getpid():
+                self.made = (os.getpid(), self._factory())
+            return self.made[1]
 
 
-def shared_work() -> SharedWork:
-    """The process's helper (started on first use)."""
-    global _helper
-    with _helper_lock:
-        if _helper is None or _helper[0] != os.getpid():
-            _helper = (os.getpid(), SharedWork())
-        return _helper[1]
+shared_work = PerProcess(SharedWork)  # the process's helper thread
 
 
 def matmul_blocks(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Callable[[], object]] | None:

@@ -24,7 +24,6 @@ OpenBLAS's thread count for themselves). A compile never waits for one.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import OrderedDict
@@ -32,6 +31,7 @@ from typing import Callable
 
 from .cache import Decisions
 from .load import QUIET, idle_machine, machine_load
+from .parallel import PerProcess
 
 __all__ = ["Planner", "planner", "choice"]
 
@@ -104,17 +104,7 @@ class Planner:
                 time.sleep(RETRY_S)
 
 
-_planner: tuple[int, Planner] | None = None  # (pid, planner): a forked child starts its own
-_planner_lock = threading.Lock()
-
-
-def planner() -> Planner:
-    """The process's planner (created on first use)."""
-    global _planner
-    with _planner_lock:
-        if _planner is None or _planner[0] != os.getpid():
-            _planner = (os.getpid(), Planner())
-        return _planner[1]
+planner = PerProcess(Planner)  # the process's planner
 
 
 def choice(decisions: Decisions, key: str, measure: Measure, valid: Callable[[str], bool] = lambda v: True,

@@ -12,5 +12,5 @@ def planner_without_thread(monkeypatch):
     OpenBLAS's thread count under another test's runs); tests that check the planner
     make its attempts themselves."""
     quiet = planner.Planner(lambda: False, settle_s=0.0, background=False)
-    monkeypatch.setattr(planner, "_planner", (os.getpid(), quiet))
+    monkeypatch.setattr(planner.planner, "made", (os.getpid(), quiet))
     return quiet

@@ -27,7 +27,7 @@ def decisions(monkeypatch, tmp_path):
 def idle(monkeypatch):
     """The planner's view of the machine: ``idle[0]`` says whether it is idle."""
     answer = [True]
-    monkeypatch.setattr(planner, "_planner", (os.getpid(), planner.Planner(lambda: answer[0], settle_s=0.0,
+    monkeypatch.setattr(planner.planner, "made", (os.getpid(), planner.Planner(lambda: answer[0], settle_s=0.0,
                                                                             background=False)))
     return answer
 
