@@ -30,6 +30,11 @@ class CudaBackend(Backend):
         return frozenset({"gpu_handles", "typed_io", "async_pipeline", "out_buffers", "dlpack", "control_flow",
                           "fused_elementwise", "graph_capture"})
 
+    def memory_capacity(self) -> int | None:
+        """The GPU's memory (``totalGlobalMem``), not the host's: what a plan must fit."""
+        detail = probe().detail or {}
+        return detail.get("memory_bytes")
+
     def compile(self, graph: Graph, options: CompileOptions):
         from .executable import CudaExecutable
         return CudaExecutable(graph, options)

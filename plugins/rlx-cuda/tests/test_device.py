@@ -111,3 +111,14 @@ def test_kernels_compile_once_per_process():
     before = len(rt._kernels)
     _compiled(_block())
     assert len(rt._kernels) == before and c is not None
+
+
+def test_a_plan_larger_than_the_gpu_is_refused_at_compile_time():
+    """The plan is checked against the GPU's memory (totalGlobalMem), not the host's."""
+    from rlx_core.errors import ResourceError
+    gpu_bytes = _avail.detail["memory_bytes"]
+    g = Graph("too_big")
+    x = g.input("x", (gpu_bytes // 4 + 1,), "f32")  # one f32 more than the GPU holds
+    g.set_outputs([g.add(x, 1.0)])
+    with pytest.raises(ResourceError, match="bytes"):
+        Session("cuda").compile(g)
