@@ -53,6 +53,7 @@ import numpy as np
 
 from .cache import Decisions
 from .kernels import Call
+from .kernels.linalg import OPENBLAS_SINGLE_THREADED, multiply_adds
 from .load import LOADED
 from .parallel import matmul_blocks, shared_work
 from .planner import choice
@@ -69,9 +70,6 @@ MARGIN = 0.9  # a multi-core way must take at most this fraction of one thread's
 _SWITCH_S = 3e-6  # switching OpenBLAS's count to one thread and back (numpy's and scipy's)
 _ROUNDS = 7
 _ASSUMED_GFLOPS = 25.0  # for the stall limit of a call not measured yet: well below one core's rate
-# OpenBLAS runs a GEMM of at most this many multiply-adds (M*N*K) on one thread anyway
-# (interface/gemm.c: 65536 * GEMM_MULTITHREAD_THRESHOLD, which defaults to 4).
-_OPENBLAS_SINGLE_THREADED = 65536 * 4
 
 
 class BlasThreads:
@@ -115,7 +113,7 @@ def blas_threads() -> BlasThreads | None:
 def plan_blas_call(call: Call, state: str) -> Call:
     """``call`` (an ``np.matmul`` with ``out=``) as a run in machine ``state`` makes it."""
     control = blas_threads()
-    if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
+    if control is None or multiply_adds(*call.args) <= OPENBLAS_SINGLE_THREADED:
         return call
     forced = _forced_mode()
     if state == LOADED and forced is None:
@@ -135,7 +133,7 @@ def plan_blas_call(call: Call, state: str) -> Call:
 def single_threaded(call: Call) -> Call:
     """``call`` on one OpenBLAS thread (unchanged where ``plan_blas_call`` leaves it alone)."""
     control = blas_threads()
-    if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
+    if control is None or multiply_adds(*call.args) <= OPENBLAS_SINGLE_THREADED:
         return call
     return call._replace(threads=1)
 
@@ -144,7 +142,7 @@ def multi_threaded(call: Call) -> Call:
     """``call`` on OpenBLAS's own threads, with a stall limit (unchanged where
     ``plan_blas_call`` leaves it alone; as forced where ``RLX_CPU_BLAS_THREADS`` is set)."""
     control = blas_threads()
-    if control is None or _multiply_adds(*call.args) <= _OPENBLAS_SINGLE_THREADED:
+    if control is None or multiply_adds(*call.args) <= OPENBLAS_SINGLE_THREADED:
         return call
     if _forced_mode() is not None:
         return ways_of(call).get(_forced_mode(), call)
@@ -180,7 +178,7 @@ def _key(layout: tuple, control: BlasThreads) -> str:
 
 def _estimate(call: Call) -> float:
     """Seconds ``call`` takes at most on one core, about (before it was measured)."""
-    return 2.0 * _multiply_adds(*call.args) / (_ASSUMED_GFLOPS * 1e9)
+    return 2.0 * multiply_adds(*call.args) / (_ASSUMED_GFLOPS * 1e9)
 
 
 def _parse(decided: str | None, ways: dict[str, Call]) -> tuple[str | None, float]:
@@ -191,13 +189,6 @@ def _parse(decided: str | None, ways: dict[str, Call]) -> tuple[str | None, floa
         return (mode, float(seconds)) if mode in ways else (None, 0.0)
     except (AttributeError, ValueError):
         return None, 0.0
-
-
-def _multiply_adds(a: np.ndarray, b: np.ndarray) -> int:
-    """M*N*K of one matrix product of ``a @ b`` (batch dims aside)."""
-    m = a.shape[-2] if a.ndim > 1 else 1
-    n = b.shape[-1] if b.ndim > 1 else 1
-    return m * n * a.shape[-1]
 
 
 def _stall_limit(seconds: float) -> float:

@@ -5,7 +5,18 @@ import numpy as np
 
 from . import Bound, Call, kernel
 
-__all__ = ["matmul_calls"]
+__all__ = ["matmul_calls", "multiply_adds", "OPENBLAS_SINGLE_THREADED"]
+
+# OpenBLAS runs a GEMM of at most this many multiply-adds (M*N*K) on one thread anyway
+# (interface/gemm.c: 65536 * GEMM_MULTITHREAD_THRESHOLD, which defaults to 4).
+OPENBLAS_SINGLE_THREADED = 65536 * 4
+
+
+def multiply_adds(a: np.ndarray, b: np.ndarray) -> int:
+    """M*N*K of one matrix product of ``a @ b`` (batch dims aside)."""
+    m = a.shape[-2] if a.ndim > 1 else 1
+    n = b.shape[-1] if b.ndim > 1 else 1
+    return m * n * a.shape[-1]
 
 
 def matmul_calls(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Call] | None:
@@ -19,10 +30,14 @@ def matmul_calls(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> list[Call] | 
         return None
     if a.ndim > 2 and b.ndim == 2:
         try:
-            rows = np.reshape(a, (-1, a.shape[-1]), copy=False)
-            return [Call(np.matmul, (rows, b), {"out": np.reshape(out, (-1, out.shape[-1]), copy=False)})]
+            a, out = np.reshape(a, (-1, a.shape[-1]), copy=False), np.reshape(out, (-1, out.shape[-1]), copy=False)
         except ValueError:  # a's batch dims are not evenly strided: one GEMM per batch entry
             pass
+    if a.ndim == 2 and b.ndim == 2 and out.flags.c_contiguous and out.dtype == a.dtype \
+            and multiply_adds(a, b) <= OPENBLAS_SINGLE_THREADED:
+        # the same BLAS call as np.matmul's, with less of numpy's dispatch around it:
+        # 0.4 of 1.3 us for [1, 128] @ [128, 128] (a recurrent step, a loop body)
+        return [Call(np.dot, (a, b), {"out": out})]
     return [Call(np.matmul, (a, b), {"out": out})]
 
 
