@@ -7,8 +7,8 @@ Ray's node and Serve's HTTP proxy listen on 127.0.0.1 only (``rlx_serve.local``)
 ``rlx`` command reaches this module through ``rlx_core.cli_serve``; importing it loads
 argparse alone, so building ``rlx``'s parser never imports Ray.
 
-Exit status: 0 after Ctrl-C or SIGTERM, 2 on a bad argument or setting, 1 when the model
-could not be served.
+Exit status: 0 after Ctrl-C or SIGTERM, 2 on a bad argument or setting (a model or weights
+file that cannot be read included), 1 when the model could not be served.
 """
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def setup(p: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     """Start Ray and Serve on loopback, deploy, print where it listens, wait for a signal."""
-    from rlx_core.errors import RlxError
+    from rlx_core.errors import ParamError, PolicyError, RlxError
+    from .errors import ServeConfigError
     if importlib.util.find_spec("ray") is None:
         from rlx_core.runtime.registry import install_hint
         print(f"rlx serve: Ray Serve is not installed: {install_hint('serve')}", file=sys.stderr)
@@ -62,12 +63,17 @@ def run(args) -> int:
     from . import app, local
     os.environ.update(local.LOOPBACK_ENV)  # before deployment() imports ray: Ray stays on loopback
     try:
-        application = app.deployment(args.model, **kwargs)  # checked before Ray starts
+        application = app.deployment(args.model, **kwargs)  # the model and settings checked before Ray starts
         local.start_local(port=args.port, num_cpus=args.cpus, num_gpus=args.gpus)
-        from ray import serve
-        serve.run(application, name=args.name, route_prefix=args.route_prefix)
     except RlxError as e:
         print(f"rlx serve: {type(e).__name__}: {e}", file=sys.stderr)
+        local.stop_local()
+        return 2 if isinstance(e, (ServeConfigError, PolicyError, ParamError)) else 1
+    from ray import serve
+    try:
+        serve.run(application, name=args.name, route_prefix=args.route_prefix)
+    except Exception as e:  # noqa: BLE001 -- e.g. no replica could start: Serve's message says why
+        print(f"rlx serve: the deployment did not start: {type(e).__name__}: {e}", file=sys.stderr)
         local.stop_local()
         return 1
     stop = threading.Event()

@@ -50,6 +50,9 @@ def test_bad_arguments_exit_2_before_ray_starts(mlp):
     out = child(f"import sys\nfrom rlx_core.cli import main\n"
                 f"sys.exit(main(['serve', {str(path)!r}, '--shape', 'x=1,a']))")
     assert out.returncode == 2 and "--shape 'x=1,a': expected NAME=D0,D1,..." in out.stderr
+    out = child("import sys\nfrom rlx_core.cli import main\nsys.exit(main(['serve', 'missing.onnx']))")
+    assert out.returncode == 2 and "ServeConfigError: cannot read ONNX model 'missing.onnx'" in out.stderr
+    assert "Started a local Ray instance" not in out.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray[serve] is not installed")
