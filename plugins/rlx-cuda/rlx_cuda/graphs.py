@@ -227,11 +227,12 @@ extern "C" __global__ void rlx_cf_control(unsigned long long then_h, unsigned lo
 }
 
 /* Many copies in one launch: entry blockIdx.y of `table` is (dst, src, nbytes, dst_step,
-   src_step); with a counter, slice t = *counter (length - 1 - *counter when reverse) is
+   src_step), skipped when src is 0; with a counter, slice t = *counter (length - 1 - *counter when reverse) is
    copied: dst + t * dst_step <- src + t * src_step. gridDim.x blocks share each copy. */
 extern "C" __global__ void rlx_cf_copy(const unsigned long long* table, const long long* counter,
                                        long long length, int reverse) {
     const unsigned long long* e = table + 5 * (unsigned long long)blockIdx.y;
+    if (e[1] == 0ull) return;  /* an entry without a source: nothing to copy this time */
     long long t = 0;
     if (counter) {
         t = reverse ? length - 1 - *counter : *counter;
@@ -299,11 +300,13 @@ class ControlKernels:
             self._copy((table.blocks, len(table)), (_COPY_BLOCK,),
                        (np.uint64(table.table.data.ptr), np.uint64(counter), np.int64(length), np.int32(reverse)))
 
-    def copy_rows(self, table_ptr: int, rows: int, biggest: int) -> None:
-        """The first ``rows`` entries (without steps) of a table at ``table_ptr``, which may
-        be mapped pinned host memory: one launch for a run's device-input copies."""
-        self._copy((_copy_blocks(biggest), rows), (_COPY_BLOCK,),
-                   (np.uint64(table_ptr), np.uint64(0), np.int64(0), np.int32(0)))
+    def copy_launch(self, table_ptr: int, rows: int, biggest: int) -> Callable[[], None]:
+        """A launch of ``rows`` entries (without steps) of a table at ``table_ptr``, which
+        may be mapped pinned host memory, its arguments built once: a run's device-input
+        copies in one call. Entries whose source is 0 are skipped."""
+        fn, grid, block = self._copy, (_copy_blocks(biggest), rows), (_COPY_BLOCK,)
+        args = (np.uint64(table_ptr), np.uint64(0), np.int64(0), np.int32(0))
+        return lambda: fn(grid, block, args)
 
 
 _kernels: dict[tuple[int, bool], tuple[ControlKernels | None, str | None]] = {}

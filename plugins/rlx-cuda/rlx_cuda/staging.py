@@ -61,8 +61,14 @@ class Staging:
         self._out_host = [_host_view(out_host, off, arr) for off, arr in zip(offsets, self._outputs)]
         self._uploaded = cp.cuda.Event(block=False, disable_timing=True)
         # The device-input copy table: pinned, so the copy kernel reads it where it is (UVA).
-        self._table_mem = cp.cuda.alloc_pinned_memory(max(len(self._inputs), 1) * 5 * 8)
-        self._table = np.frombuffer(self._table_mem, np.uint64, max(len(self._inputs), 1) * 5).reshape(-1, 5)
+        rows = max(len(self._inputs), 1)
+        self._table_mem = cp.cuda.alloc_pinned_memory(rows * 5 * 8)
+        self._table = np.frombuffer(self._table_mem, np.uint64, rows * 5).reshape(rows, 5)
+        self._table[:] = 0
+        for row, (view, _, _) in enumerate(self._inputs.values()):
+            self._table[row, 0], self._table[row, 2] = view.data.ptr, view.nbytes
+        self._copy_launch = control_kernels(rt).copy_launch(self._table_mem.ptr, rows,
+                                                            int(self._table[:, 2].max()))
         self._table_read = cp.cuda.Event(block=False, disable_timing=True)
         self._table_pending = False
         self.sent = cp.cuda.Event(block=False, disable_timing=True)
@@ -77,12 +83,12 @@ class Staging:
         upload of one overlaps the host copy of the next."""
         stream = self.cp.cuda.get_current_stream()
         memcpy = self.cp.cuda.runtime.memcpyAsync
-        device: list[tuple[Any, Any]] = []
+        device: list[tuple[int, Any, Any]] = []
         if self._upload_pending:
             self._uploaded.synchronize()  # the mirror may still be on its way to the device
             self._upload_pending = False
         sent = end = 0  # mirror bytes [sent, end) are written but not yet sent
-        for name, (view, mirror, offset) in self._inputs.items():
+        for row, (name, (view, mirror, offset)) in enumerate(self._inputs.items()):
             value = values[name]
             if isinstance(value, np.ndarray):
                 np.copyto(mirror, value.view(mirror.dtype).reshape(mirror.shape), casting="no")
@@ -91,7 +97,7 @@ class Staging:
                     memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
                     sent = end
             else:
-                device.append((view, value))
+                device.append((row, view, value))
         if end > sent:
             memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
         if end:
@@ -100,20 +106,21 @@ class Staging:
         if device:  # after the host inputs, on the same stream
             self._write_device_inputs(device, stream)
 
-    def _write_device_inputs(self, device: list[tuple[Any, Any]], stream) -> None:
+    def _write_device_inputs(self, device: list[tuple[int, Any, Any]], stream) -> None:
         """Device arrays copied device to device by pointer, all in ONE kernel launch
         (``graphs.rlx_cf_copy`` over a pinned table the GPU reads directly; a
         ``memcpyAsync`` per input costs about 6 us of host time each): CuPy arrays, and
         torch CUDA tensors when torch's current stream is CuPy's (else DLPack orders the
-        hand-over)."""
+        hand-over). Row i of the table is input i's copy, prefilled but for its source;
+        a row without a source (a host input, or one written here the slow way) is skipped."""
         cp = self.cp
         torch = sys.modules.get("torch")
         same_stream = None
-        rows = 0
+        sources = [0] * len(self._table)
         if self._table_pending:
             self._table_read.synchronize()  # the previous launch may still be reading the table
             self._table_pending = False
-        for view, value in device:
+        for row, view, value in device:
             ptr = None
             if isinstance(value, cp.ndarray):
                 if value.flags.c_contiguous and value.nbytes == view.nbytes and value.device.id == self.rt.index:
@@ -127,12 +134,11 @@ class Staging:
                     ptr = value.data_ptr()
             if ptr is None:
                 self._write_device(view, value)
-            elif view.nbytes:
-                self._table[rows] = (view.data.ptr, ptr, view.nbytes, 0, 0)
-                rows += 1
-        if rows:
-            biggest = int(self._table[:rows, 2].max())
-            control_kernels(self.rt).copy_rows(self._table_mem.ptr, rows, biggest)
+            else:
+                sources[row] = ptr
+        if any(sources):
+            self._table[:, 1] = sources
+            self._copy_launch()
             self._table_read.record(stream)
             self._table_pending = True
 
