@@ -6,6 +6,7 @@ handles are waited in, never overwrite a result with a later submit, surface a f
 of the run itself at ``wait()``, and report ``done()`` truthfully. Backends claiming
 ``async_pipeline`` must really queue: submit returns before the device finishes.
 """
+import os
 import random
 import time
 
@@ -23,12 +24,14 @@ def device(any_device):
     return any_device
 
 
-def _graph(n=16, rows=8):
+def _graph(n=16, rows=8, depth=1):
     g = Graph("stream")
     x = g.input("x", Shape((rows, n), "f32"))
     w = g.param("w", Shape((n, n), "f32"))
     b = g.param("b", Shape((n,), "f32"))
-    y = g.tanh(g.matmul(x, w)) + b
+    y = x
+    for _ in range(depth):
+        y = g.tanh(g.matmul(y, w)) + b
     g.set_outputs([y, g.sum(y, axes=[1])])
     return g
 
@@ -108,8 +111,12 @@ def test_bad_inputs_raise_at_submit(device):
 def test_async_pipeline_means_submit_queues(device):
     """A backend claiming async_pipeline returns from submit before the run is done: of
     several back-to-back submits of a heavy graph, some are still pending right after."""
-    c = _compiled(device, _graph(512, rows=256))
-    x = np.ones((256, 512), np.float32)
+    # Heavy for the device: on a real GPU a 512-wide layer takes microseconds, less than
+    # one submit's own host time, so there it is a chain of 2048-wide layers instead.
+    on_gpu = device == "cuda" or (device == "tpu" and os.environ.get("RLX_TPU_PLATFORM") == "gpu")
+    n, rows, depth = (2048, 2048, 16) if on_gpu else (512, 256, 1)
+    c = _compiled(device, _graph(n, rows=rows, depth=depth))
+    x = np.ones((rows, n), np.float32)
     c.run({"x": x})  # compiled, warm
     handles = [c.submit({"x": x}) for _ in range(4)]
     pending = [not h.done() for h in handles]
