@@ -24,9 +24,10 @@ from rlx_core.ir import DType, Shape
 
 __all__ = ["Layout", "layout", "exact_nbytes", "device_nbytes", "to_device", "from_device", "COMPUTE_TYPES"]
 
-# dtype -> WGSL type of one computed value (f16 is computed in f32 and rounded per op).
+# dtype -> WGSL type of one computed value (f16 is computed in f32 and rounded per op; i64
+# through the exact emulation of rlx_wgpu.codegen.int64).
 COMPUTE_TYPES = {DType.F32: "f32", DType.F16: "f32", DType.I32: "i32", DType.U32: "u32",
-                 DType.BOOL: "bool", DType.C64: "vec2<f32>"}
+                 DType.BOOL: "bool", DType.C64: "vec2<f32>", DType.I64: "vec2<u32>"}
 _STORAGE_TYPES = {DType.F32: "f32", DType.F16: "f16", DType.I32: "i32", DType.U32: "u32",
                   DType.BOOL: "u32", DType.C64: "vec2<f32>", DType.I64: "vec2<u32>"}
 

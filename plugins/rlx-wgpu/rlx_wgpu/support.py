@@ -27,7 +27,8 @@ _MOVERS = ("transpose", "slice", "concat", "split", "expand", "pad", "frame", "g
 
 
 def compute_dtypes(f16: bool) -> frozenset[DType]:
-    """Dtypes kernels compute on: f32, i32, u32, bool, c64, and f16 with ``shader-f16``."""
+    """Dtypes kernels compute on: f32, i32, u32, bool, c64, i64 (emulated exactly, see
+    ``rlx_wgpu.codegen.int64``), and f16 with ``shader-f16``."""
     return frozenset(d for d in COMPUTE_TYPES if f16 or d is not DType.F16)
 
 
@@ -61,7 +62,7 @@ def check_node(node: Node, gpu) -> str | None:
     computed = compute_dtypes(gpu.f16)
     if node.kind in ("rng_uniform", "rng_normal") and node.outputs[0].dtype not in computed & {DType.F32, DType.F16}:
         return f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend (f32, f16 only)"
-    if node.kind == "dequantize" and node.outputs[0].dtype not in computed:
+    if node.kind == "dequantize" and node.outputs[0].dtype not in computed & {DType.F32, DType.F16}:
         return f"dequantize to {node.outputs[0].dtype} is not supported by the wgpu backend (f32, f16 only)"
     if node.kind in ("cast", "where") and node.outputs[0].dtype not in computed:
         return (f"{node.kind} producing {node.outputs[0].dtype} is not supported by the wgpu backend "

@@ -6,7 +6,8 @@ node's value a ``let`` (rounded to f16 where the node is f16, as the reference r
 every op), reading every outside operand through its own broadcast index. Scalar
 constants are inlined as literals instead of being bound.
 
-Values are computed in f32 (f32, f16), i32, u32, bool or ``vec2<f32>`` (c64).
+Values are computed in f32 (f32, f16), i32, u32, bool, ``vec2<f32>`` (c64) or ``vec2<u32>``
+(i64, exactly, through the emulation library of ``rlx_wgpu.codegen.int64``).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rlx_core.ir.ops.elementwise import BINARY, COMPARE, UNARY
 
 from ..layout import COMPUTE_TYPES
 from .base import KernelContext, load, rounded, store
+from .int64 import I64_OPS, cast_from_i64, cast_to_i64
 from .wgsl import broadcast_index, grid, linear_id, literal, shader
 
 __all__ = ["ELEMENTWISE_KINDS", "expression", "fused_kernel", "supports"]
@@ -49,6 +51,8 @@ _UNSIGNED_CASTS = {"i32": "bitcast<i32>({0})", "u32": "bitcast<u32>({0})"}
 
 def _table(kind: str, dtype: DType) -> dict | None:
     """The expression table that defines ``kind`` on compute values of ``dtype``."""
+    if dtype is DType.I64:
+        return I64_OPS
     if kind in COMPARE:
         return _COMPLEX if dtype is DType.C64 else _COMPARE
     if dtype is DType.C64:
@@ -86,6 +90,8 @@ def expression(node: Node, dtype: DType, args: list[str]) -> str:
 
 
 def _mod(dtype: DType, fmod: bool, a: str, b: str) -> str:
+    if dtype is DType.I64:
+        return I64_OPS["fmod" if fmod else "mod"].format(a, b)
     if dtype.is_float:
         return f"rlx_fmod({a}, {b})" if fmod else f"rlx_fmodf({a}, {b})"
     if dtype is DType.I32:
@@ -96,6 +102,10 @@ def _mod(dtype: DType, fmod: bool, a: str, b: str) -> str:
 def _cast(x: str, src: DType, dst: DType) -> str:
     """The ``cast`` op on compute values (see its definition in rlx_core.ir.ops.elementwise)."""
     s, d = COMPUTE_TYPES[src], COMPUTE_TYPES[dst]
+    if dst is DType.I64:
+        return cast_to_i64(x, s)
+    if src is DType.I64:
+        return cast_from_i64(x, d)
     if src is DType.C64:
         x, s = f"{x}.x", "f32"
         if dst is DType.C64:

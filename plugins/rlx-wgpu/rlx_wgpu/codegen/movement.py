@@ -3,8 +3,11 @@ gather_elements (pure index arithmetic, any dtype whose element is whole 32-bit 
 and f16) and scatter_add (which adds, so it runs on the compute dtypes).
 
 Every mover runs one invocation per element it writes: it computes the destination
-element ``d`` and the source element ``s`` and copies the element's words. Negative
-indices (gather family) wrap by adding the axis size, as the ops define.
+element ``d`` and the source element ``s`` and copies the element's words. Indices
+(gather family) follow the ops' device mode (``rlx_core.ir.ops.movement``): a negative
+index wraps once by adding the axis size, and the result is clamped into ``[0, n - 1]``;
+i64 indices are read exactly (``rlx_index64``: the low word when the value fits in i32,
+else the end its sign points to), so no index ever reads or writes out of bounds.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from rlx_core.reference.elementwise import cast_array
 
 from ..layout import layout, to_device
 from .base import KernelContext, generator, load, store
+from .reduce import acc_type, combine
 from .wgsl import WORKGROUP, broadcast_index, f32, grid, i32, linear_id, ravel, shader, strides, u32, unravel
 
 __all__ = ["element_unit", "movable"]
@@ -89,20 +93,15 @@ def frame(k: KernelContext) -> None:
     _gather_like(k, ravel(coords, strides(x.dims)))
 
 
-def _index_load(k: KernelContext, name: str, ref: Ref, at: str) -> str:
-    """An i32 index read from binding ``name`` at ``at`` (i64 indices: their low word, which
-    holds every valid index, negative ones included)."""
-    if k.graph.shape_of(ref).dtype is DType.I64:
-        return f"bitcast<i32>({name}[{at}].x)"
-    return f"{name}[{at}]"
+def _index(k: KernelContext, name: str, ref: Ref, at: str, n: int) -> str:
+    """The element index (u32) into an axis of size ``n`` that the index at ``at`` of
+    binding ``name`` selects, in the device mode (see the module docstring)."""
+    helper = "rlx_index64" if k.graph.shape_of(ref).dtype is DType.I64 else "rlx_index"
+    return f"{helper}({name}[{at}], {i32(n)})"
 
 
 def _index_binding(k: KernelContext, name: str, i: int):
     return name, k.storage(k.ins[i].dtype), k.input(i)
-
-
-def _wrapped(expr: str, n: int) -> str:
-    return f"u32(select({expr}, {expr} + {i32(n)}, {expr} < 0i))"
 
 
 @generator("gather")
@@ -112,8 +111,8 @@ def gather(k: KernelContext) -> None:
     c = unravel("i", out.dims)
     lead, tail = c[:axis], c[axis + idx.rank:]
     at = ravel(c[axis:axis + idx.rank], strides(idx.dims))
-    pre = (f"let j = {_index_load(k, 'idx', k.input(1), at)};",)
-    coords = lead + [_wrapped("j", table.dims[axis])] + tail
+    pre = (f"let j = {_index(k, 'idx', k.input(1), at, table.dims[axis])};",)
+    coords = lead + ["j"] + tail
     _gather_like(k, ravel(coords, strides(table.dims)), [_index_binding(k, "idx", 1)], pre)
 
 
@@ -122,8 +121,8 @@ def gather_elements(k: KernelContext) -> None:
     x, out = k.ins[0], k.outs[0]
     axis = k.attrs["axis"]
     c = unravel("i", out.dims)
-    pre = (f"let j = {_index_load(k, 'idx', k.input(1), 'i')};",)
-    coords = c[:axis] + [_wrapped("j", x.dims[axis])] + c[axis + 1:]
+    pre = (f"let j = {_index(k, 'idx', k.input(1), 'i', x.dims[axis])};",)
+    coords = c[:axis] + ["j"] + c[axis + 1:]
     _gather_like(k, ravel(coords, strides(x.dims)), [_index_binding(k, "idx", 1)], pre)
 
 
@@ -202,12 +201,12 @@ def scatter_add(k: KernelContext) -> None:
     c = unravel("i", out.dims)
     upd_st = strides(k.ins[2].dims)
     at = ravel(c[:axis] + ["j"] + c[axis + 1:], upd_st)
-    add = "acc || {0}" if dt is DType.BOOL else "acc + {0}"
+    update = load(dt, f"upd[{at}]")
+    added = f"acc || {update}" if dt is DType.BOOL else combine("sum", acc_type(dt)).format("acc", update)
     body = [f"var acc = {load(dt, 'data[i]')};",
             f"for (var j = 0u; j < {u32(idx.size)}; j = j + 1u) {{",
-            f"  let r = {_index_load(k, 'idx', k.input(1), 'j')};",
-            f"  if ({_wrapped('r', data.dims[axis])} == {c[axis]}) {{",
-            f"    acc = {add.format(load(dt, f'upd[{at}]'))};",
+            f"  if ({_index(k, 'idx', k.input(1), 'j', data.dims[axis])} == {c[axis]}) {{",
+            f"    acc = {added};",
             "  }", "}", f"out[i] = {store(dt, 'acc')};"]
     st = k.storage(dt)
     bindings = [("data", st), ("idx", k.storage(idx.dtype)), ("upd", st), ("out", st)]

@@ -5,8 +5,8 @@ Each invocation computes the 128-bit block that holds its element's u32 word(s):
 block ``i / 4`` for uniform element ``i``, block ``i / 2`` (words ``2i % 4`` and the
 next) for normal element ``i``. The host writes the node's stream seed (the key) into
 its seed region before every run (``rlx_wgpu.steps.RngStep``), so re-seeding needs no
-recompile. WGSL has no 32x32->64-bit multiply, so the high word comes from 16-bit
-halves. The uniform's ``low + u * (high - low)`` must not be fused into one multiply-add
+recompile. WGSL has no 32x32->64-bit multiply: ``rlx_mulhilo`` (the 64-bit integer
+library's, ``rlx_wgpu.codegen.int64``) builds it from 16-bit halves. The uniform's ``low + u * (high - low)`` must not be fused into one multiply-add
 (the reference rounds twice), so the product passes through an OR with a zero the
 compiler cannot see (the seed region's third word).
 """
@@ -17,12 +17,7 @@ import numpy as np
 from .base import KernelContext, Seeds, generator
 from .wgsl import WORKGROUP, f32, grid, linear_id, shader, u32
 
-_PHILOX = """fn rlx_mulhilo(a: u32, b: u32) -> vec2<u32> {
-  let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
-  let mid = ((a0 * b0) >> 16u) + ((a0 * b1) & 0xffffu) + ((a1 * b0) & 0xffffu);
-  return vec2<u32>(a1 * b1 + ((a0 * b1) >> 16u) + ((a1 * b0) >> 16u) + (mid >> 16u), a * b);
-}
-// Philox4x32-10 (Random123's constants) of counter (block, 0, 0, 0) under key k.
+_PHILOX = """// Philox4x32-10 (Random123's constants) of counter (block, 0, 0, 0) under key k.
 fn rlx_philox(block: u32, k: vec2<u32>) -> vec4<u32> {
   var c = vec4<u32>(block, 0u, 0u, 0u);
   var key = k;

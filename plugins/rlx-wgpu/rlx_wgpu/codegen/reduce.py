@@ -6,7 +6,8 @@ coordinates). Row reductions run one workgroup per row: each invocation folds a
 strided share of the row, then a tree in workgroup memory combines the shares, so
 long rows are spread over the whole workgroup. The workgroup is the next power of
 two >= the row length, at most 256. 16-bit floats are computed in f32 and rounded once
-when stored; bool extrema are u32 max/min over 0/1 words (any / all).
+when stored; bool extrema are u32 max/min over 0/1 words (any / all); i64 accumulates
+exactly in ``vec2<u32>`` (``rlx_wgpu.codegen.int64``).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import math
 from rlx_core.ir import DType
 
 from .base import KernelContext, generator
+from .int64 import I64, I64_IDENTITY, I64_OPS
 from .wgsl import WORKGROUP, grid, i32, linear_id, ravel, row_id, shader, strides, u32, unravel
 
 __all__ = ["rows", "tree", "workgroup_for", "row_kernel", "acc_type", "acc_load", "acc_store"]
@@ -64,7 +66,7 @@ def strided_loop(var: str, length: int, wg: int, inner: str) -> str:
 # --- accumulator types --------------------------------------------------------------------------
 def acc_type(dtype: DType) -> str:
     return {DType.F32: "f32", DType.F16: "f32", DType.I32: "i32", DType.U32: "u32", DType.BOOL: "u32",
-            DType.C64: "vec2<f32>"}[dtype]
+            DType.C64: "vec2<f32>", DType.I64: I64}[dtype]
 
 
 def acc_load(dtype: DType, expr: str) -> str:
@@ -81,10 +83,13 @@ _IDENTITY = {  # (kind, accumulator type) -> initial value
     ("prod", "vec2<f32>"): "vec2<f32>(1.0f, 0.0f)",
     ("max", "f32"): _NEG_INF, ("max", "i32"): i32(-2**31), ("max", "u32"): "0u",
     ("min", "f32"): _POS_INF, ("min", "i32"): i32(2**31 - 1), ("min", "u32"): "0xffffffffu",
+    **{(op, I64): value for op, value in I64_IDENTITY.items()},
 }
 _COMBINE = {("sum", None): "{0} + {1}", ("prod", None): "{0} * {1}", ("prod", "vec2<f32>"): "rlx_cmul({0}, {1})",
             ("max", "f32"): "rlx_max({0}, {1})", ("min", "f32"): "rlx_min({0}, {1})",
-            ("max", None): "max({0}, {1})", ("min", None): "min({0}, {1})"}
+            ("max", None): "max({0}, {1})", ("min", None): "min({0}, {1})",
+            ("sum", I64): I64_OPS["add"], ("prod", I64): I64_OPS["mul"], ("max", I64): I64_OPS["max"],
+            ("min", I64): I64_OPS["min"]}
 
 
 def combine(op: str, t: str) -> str:
@@ -116,6 +121,8 @@ def _better(kind: str, t: str) -> str:
     cmp = ">" if kind == "argmax" else "<"
     if t == "f32":
         return f"(rlx_isnan({{0}}) && !rlx_isnan({{1}})) || ({{0}} {cmp} {{1}})"
+    if t == I64:
+        return I64_OPS["gt" if kind == "argmax" else "lt"]
     return f"({{0}} {cmp} {{1}})"
 
 
@@ -177,7 +184,7 @@ def cumsum(k: KernelContext) -> None:
     step = strides(x.dims)[a["axis"]]
     t = acc_type(x.dtype)
     r = f"({u32(length - 1)} - t)" if a["reverse"] else "t"
-    add = f"acc = acc + {acc_load(x.dtype, 'x[at]')};"
+    add = f"acc = {combine('sum', t).format('acc', acc_load(x.dtype, 'x[at]'))};"
     write = f"out[at] = {acc_store(x.dtype, 'acc')};"
     body = (f"  let row = {linear_id()};\n  if (row >= {u32(count)}) {{ return; }}\n  let base = {base};\n"
             f"  var acc = {_IDENTITY[('sum', t)]};\n"
@@ -194,6 +201,9 @@ def _precedes(largest: bool, t: str) -> str:
         nan = "(rlx_isnan(xj) && !rlx_isnan(xe))" if largest else "(!rlx_isnan(xj) && rlx_isnan(xe))"
         equal = "((rlx_isnan(xj) && rlx_isnan(xe)) || xj == xe)"
         return f"{nan} || (xj {'>' if largest else '<'} xe) || ({equal} && j < e)"
+    if t == I64:
+        better = I64_OPS["gt" if largest else "lt"].format("xj", "xe")
+        return f"{better} || (all(xj == xe) && j < e)"
     return f"(xj {'>' if largest else '<'} xe) || (xj == xe && j < e)"
 
 

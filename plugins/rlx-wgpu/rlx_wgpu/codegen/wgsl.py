@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .int64 import I64, I64_HELPERS, i64_literal
+
 __all__ = ["WORKGROUP", "u32", "i32", "f32", "literal", "strides", "unravel", "ravel", "broadcast_index",
            "grid", "linear_id", "row_id", "shader", "HELPERS"]
 
@@ -41,7 +43,8 @@ def f32(v: float) -> str:
 
 
 def literal(value, wgsl_type: str) -> str:
-    """``value`` as a WGSL constant of ``wgsl_type`` (f32, i32, u32, bool, vec2<f32>)."""
+    """``value`` as a WGSL constant of ``wgsl_type`` (f32, i32, u32, bool, vec2<f32>, and
+    vec2<u32>: an i64)."""
     if wgsl_type == "f32":
         return f32(value)
     if wgsl_type == "i32":
@@ -50,6 +53,8 @@ def literal(value, wgsl_type: str) -> str:
         return u32(value)
     if wgsl_type == "bool":
         return "true" if bool(value) else "false"
+    if wgsl_type == I64:
+        return i64_literal(value)
     if wgsl_type == "vec2<f32>":
         c = complex(value)
         return f"vec2<f32>({f32(c.real)}, {f32(c.imag)})"
@@ -216,3 +221,4 @@ HELPERS = {
                  "  let m = max(abs(a.x), abs(a.y));\n  if (m == 0.0f || m > 3.0e38f) { return m; }\n"
                  "  let s = a / m;\n  return m * sqrt(dot(s, s));\n}\n"),
 }
+HELPERS.update(I64_HELPERS)  # exact 64-bit integers (rlx_wgpu.codegen.int64)
