@@ -38,7 +38,7 @@ from pathlib import Path
 from rlx_core.runtime.safefs import (UntrustedPathError, cache_root, private_dir, private_temp_dir, read_trusted,
                                      write_atomic)
 
-__all__ = ["cache_root", "kernel_dir", "ensure_source", "Decisions", "machine_fingerprint"]
+__all__ = ["cache_root", "kernel_dir", "ensure_source", "Decisions", "machine_fingerprint", "threadpools"]
 
 log = logging.getLogger("rlx.cpu")
 
@@ -103,16 +103,26 @@ def machine_fingerprint() -> str:
     import numpy as np
     parts = [platform.machine(), _cpu_model(), os.cpu_count(),
              len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None, np.__version__]
-    try:
-        from threadpoolctl import threadpool_info
-        blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
-    except ImportError:
-        blas = []
+    controller = threadpools()
+    blas = [i for i in controller.info() if i.get("user_api") == "blas"] if controller is not None else []
     # numpy's own (numpy.libs/, numpy/.dylibs/): not whichever others happen to be loaded yet
     own = [i for i in blas if "numpy" in Path(i.get("filepath", "")).parent.name] or blas
     parts += sorted((i.get("internal_api"), i.get("version"), i.get("architecture"), i.get("threading_layer"))
                     for i in own)
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=1)
+def threadpools():
+    """threadpoolctl's controller of the thread pools loaded now (numpy's BLAS
+    included), or None without threadpoolctl. Made once: it scans every loaded library
+    (10-20 ms), and the fingerprint and ``threads.blas_threads`` both read it."""
+    import numpy  # noqa: F401  (its BLAS must be loaded to be seen)
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    return ThreadpoolController()
 
 
 def _cpu_model() -> str:

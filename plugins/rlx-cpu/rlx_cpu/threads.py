@@ -51,7 +51,7 @@ import os
 
 import numpy as np
 
-from .cache import Decisions
+from .cache import Decisions, threadpools
 from .kernels import Call
 from .kernels.linalg import OPENBLAS_SINGLE_THREADED, multiply_adds
 from .load import LOADED
@@ -97,13 +97,10 @@ class BlasThreads:
 @functools.lru_cache(maxsize=1)
 def blas_threads() -> BlasThreads | None:
     """Control of the OpenBLAS threads, or None (no multi-threaded OpenBLAS loaded)."""
-    import numpy  # noqa: F401  (its OpenBLAS must be loaded for threadpoolctl to see it)
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:
+    controller = threadpools()
+    if controller is None:
         return None
-    libraries = [lib for lib in ThreadpoolController().lib_controllers
-                 if lib.internal_api == "openblas" and lib.num_threads > 1]
+    libraries = [lib for lib in controller.lib_controllers if lib.internal_api == "openblas" and lib.num_threads > 1]
     if not libraries:
         log.info("rlx-cpu: no multi-threaded OpenBLAS found; BLAS threads are left alone")
         return None
