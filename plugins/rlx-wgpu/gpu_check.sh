@@ -2,9 +2,10 @@
 # rlx-wgpu on the NVIDIA H200 machine (no internet; Python 3.12; CuPy there), in < 5 minutes:
 #   1. the NVIDIA Vulkan adapter is found (Vulkan loader from the carried .gl/*.deb);
 #   2. calibration: f32 matmul 4096^3 per tile (the winner becomes the default), bandwidth, round trip;
-#   3. the conformance suite on the `vulkan` device;
-#   4. the f32 4096x4096 matmul benchmark against cuBLAS SGEMM through CuPy.
-# Results: $OUT/{adapters.txt,calibration.json,conformance.txt,conformance.xml,wgpu_h200.json,wgpu_h200.md}
+#   3. the conformance suite on the `vulkan` device (i64 rows included);
+#   4. i64 across its range and the torch-exported models on `gpu` (the NVIDIA adapter; the models skip without torch);
+#   5. the f32 4096x4096 matmul benchmark against cuBLAS SGEMM through CuPy.
+# Results: $OUT/{adapters.txt,calibration.json,conformance.txt,conformance.xml,int64.txt,wgpu_h200.json,wgpu_h200.md}
 # and benchmarks/results/wgpu_h200.{json,md}.
 # Carry: .gl (libvulkan1 and the GL loaders as .deb) and .whl (wgpu, cffi, pycparser, rendercanvas
 # wheels for cp312 manylinux); see plugins/rlx-wgpu/README.md. Run from anywhere in the repository.
@@ -49,6 +50,10 @@ print("" if any(p.name == "rlx_conformance" for p in e(group="pytest11")) else "
 timeout 200 python3 -m pytest $suite_plugin plugins/rlx-wgpu/tests/test_conformance.py -k TestGpuConformance \
   --rlx-device=vulkan -q -n 8 -rs --junitxml="$OUT/conformance.xml" > "$OUT/conformance.txt" 2>&1 || status=1
 tail -n 3 "$OUT/conformance.txt"
+# shellcheck disable=SC2086
+timeout 200 python3 -m pytest $suite_plugin plugins/rlx-wgpu/tests/test_int64.py plugins/rlx-wgpu/tests/test_onnx_models.py \
+  -q -n 0 -rs > "$OUT/int64.txt" 2>&1 || status=1
+tail -n 3 "$OUT/int64.txt"
 
 python3 benchmarks/wgpu_matmul.py --device vulkan --n "${RLX_WGPU_CHECK_N:-4096}" --out benchmarks/results/wgpu_h200.json || status=1
 cp benchmarks/results/wgpu_h200.json benchmarks/results/wgpu_h200.md "$OUT/" 2>/dev/null
