@@ -1,6 +1,6 @@
 """rlx-cpu against onnxruntime on ONNX models as users bring them: exported from torch.
 
-    python benchmarks/onnx_cpu_bench.py                   # ~4 minutes: results/onnx_cpu.{json,md}, README table
+    python benchmarks/onnx_cpu_bench.py                   # ~5 minutes: results/onnx_cpu.{json,md}, README table
     python benchmarks/onnx_cpu_bench.py --models mlp,ifloop --rounds 10 --no-readme   # a quick look
     python benchmarks/onnx_cpu_bench.py --busy-cores 1    # another process holds a core: results/onnx_cpu_loaded.*
 
@@ -11,19 +11,19 @@ heads, ffn 1024, seq 128); a GPT-2 style block (pre-norm, causal mask by
 ``masked_fill``, tanh GELU; d 256, seq 128); a GRU (64 -> 128, 32 steps); and a small
 If/Loop model (an 8-trip Loop of ``tanh(x @ W + b)`` on 1x16, then an If on its sum).
 
-Latency: rlx-cpu (``load_onnx`` + ``Session("cpu")``) and onnxruntime (2 intra-op
-threads, its default graph optimizations) run in this one process, each model's
-outputs checked against onnxruntime's first. Each round times one burst of each
-runtime (about ``BURST_S`` of back-to-back runs) in a shuffled order, after a pause
-(``SETTLE_S``) that lets the other runtime's idle threads stop spinning
-(``common.interleaved_times``); a runtime's latency is the median over rounds of its
-bursts' mean, the ratio the median over rounds of rlx-cpu's / onnxruntime's
-(``common.paired_ratio``). Compile times come from fresh interpreters (``--worker``):
-*cold* against an empty kernel cache, *warm* a second process on the same cache, also
-while another process keeps one core busy; both exclude what a process does once
-(imports, plugin discovery, numba's start-up: ``start``) and the ONNX import, which are
-reported beside them. ``alloc`` is tracemalloc's peak per
-steady-state ``run(x, out=...)``.
+Latency: rlx-cpu (``load_onnx`` + ``Session("cpu")``, measuring its choices afresh in
+an empty kernel cache) and onnxruntime (2 intra-op threads, its default graph
+optimizations) run in this one process, each model's outputs checked against
+onnxruntime's first. Each round times one burst of each runtime (about ``BURST_S`` of
+back-to-back runs) in a shuffled order, after a pause (``SETTLE_S``) that lets the
+other runtime's idle threads stop spinning (``common.interleaved_times``); a runtime's
+latency is the median over rounds of its bursts' mean, the ratio the median over rounds
+of rlx-cpu's / onnxruntime's (``common.paired_ratio``). Compile times come from fresh
+interpreters (``--worker``): *cold* against an empty kernel cache, *warm* the median of
+three later processes on the same cache, also while another process keeps one core
+busy; both exclude what a process does once (imports, plugin discovery, numba's
+start-up: ``start``) and the ONNX import, which are reported beside them. ``alloc`` is
+tracemalloc's peak per steady-state ``run(x, out=...)``.
 """
 from __future__ import annotations
 
@@ -237,17 +237,22 @@ def compile_worker(path: str) -> dict:
             "start_ms": t_start * 1e3}
 
 
-def measure_compiles(models: dict) -> dict:
+def measure_compiles(models: dict, repeats: int = 3) -> dict:
+    """Per model: a cold compile, then the medians of ``repeats`` warm ones (each in a
+    fresh process), without and with a busy core."""
     from cpu_bench import busy_cores
+
+    def median_run(runs: list[dict]) -> dict:
+        return sorted(runs, key=lambda r: r["compile_ms"])[len(runs) // 2]
     results = {}
     for name, (path, _) in models.items():
         progress(f"{name}: compile times (cold, warm, warm with a busy core) ...")
         with tempfile.TemporaryDirectory(prefix="rlx-bench-cache-") as cache:
             env = {"XDG_CACHE_HOME": cache}
             cold = in_subprocess(SCRIPT, "compile", str(path), env=env)
-            warm = in_subprocess(SCRIPT, "compile", str(path), env=env)
+            warm = median_run([in_subprocess(SCRIPT, "compile", str(path), env=env) for _ in range(repeats)])
             with busy_cores(1):
-                busy = in_subprocess(SCRIPT, "compile", str(path), env=env)
+                busy = median_run([in_subprocess(SCRIPT, "compile", str(path), env=env) for _ in range(repeats)])
         results[name] = {"cold": cold, "warm": warm, "warm_busy": busy}
     return results
 
@@ -296,6 +301,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rlx-onnx-bench-") as folder:
         progress("exporting the models ...")
         models = export_models(names, Path(folder))
+        os.environ["XDG_CACHE_HOME"] = str(Path(folder) / "cache")  # rlx-cpu measures its choices afresh
         with busy_cores(args.busy_cores):
             results = {"latency": measure_latency(models, args.rounds)}
         if not args.no_compile and not args.busy_cores:
