@@ -8,7 +8,7 @@ from rlx_core.testing.cases import all_cases
 from rlx_core.testing.compare import assert_close
 from rlx_core.testing.suite import check_case
 
-from rlx_cpu import cache
+from rlx_cpu import cache, load
 from rlx_cpu.kernels import conv
 
 CASES = all_cases(["conv"])
@@ -80,6 +80,8 @@ def test_a_gemm_route_counts_with_its_two_thread_time(monkeypatch):
                    "channels_last openblas": 4.5}
         return {name: [medians[name]] * rounds for name in ways}
     monkeypatch.setattr(threads, "measure", fixed)
+    quiet = load.MachineLoad("/nonexistent")  # no /proc: quiet
+    monkeypatch.setattr(load, "machine_load", lambda: quiet)
     g = Graph("conv")
     x = g.input("x", (1, 16, 16, 16))
     g.set_outputs([g.conv(x, g.param("w", (32, 16, 3, 3)), pads=(1, 1, 1, 1))])
@@ -87,3 +89,8 @@ def test_a_gemm_route_counts_with_its_two_thread_time(monkeypatch):
     assert conv._fastest_route(geometry, geometry.routes()) == "nchw"
     assert seen["nchw"].threads == 1 and seen["nchw openblas"].threads == threads.OWN_THREADS
     assert "direct openblas" not in seen  # no GEMM: one way
+    seen.clear()
+    for _ in range(2):  # two stalls in quick succession: loaded, where two-thread GEMMs stall
+        quiet.report_stall()
+    assert conv._fastest_route(geometry, geometry.routes()) == "direct"
+    assert not any(name.endswith("openblas") for name in seen)

@@ -192,8 +192,10 @@ def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.
 
 def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
     """Time every route on sample data of one image, each followed by its pass into an
-    NCHW output: routes with a GEMM both on one BLAS thread and on OpenBLAS's own (a
-    quiet machine's run may give the GEMM both cores), each route by its faster way."""
+    NCHW output: routes with a GEMM on one BLAS thread, and while the machine is quiet
+    also on OpenBLAS's own (a quiet machine's run may give the GEMM both cores; on a
+    loaded one they stall), each route by its faster way."""
+    from ..load import QUIET, machine_load
     from ..threads import OWN_THREADS, blas_threads, measure
     rng = np.random.default_rng(0)
     dtype = geometry.dtype.np
@@ -202,6 +204,7 @@ def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
                      ).astype(dtype)
     out = np.empty((1, geometry.out_channels) + geometry.out_hw, dtype)
     control = blas_threads()
+    both = control is not None and machine_load().state() == QUIET
     ways = {}
     for route in routes:
         scratch = [np.empty(s.dims, dtype) for s in _scratch_dims(geometry, route, 1)]
@@ -209,7 +212,7 @@ def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
         finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
         run = _sequence(calls + [finish])
         ways[route] = Call(run, threads=1)
-        if control is not None and any(c.fn is np.matmul for c in calls):
+        if both and any(c.fn is np.matmul for c in calls):
             ways[f"{route} openblas"] = Call(run, threads=OWN_THREADS)
     if control is None:
         times = interleaved_times({name: c.fn for name, c in ways.items()}, rounds=5)
