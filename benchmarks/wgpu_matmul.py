@@ -1,13 +1,17 @@
 """wgpu backend: f32 matmul throughput against cuBLAS SGEMM (through CuPy), in one run.
 
-    python benchmarks/wgpu_matmul.py [--device vulkan] [--n 4096] [--out benchmarks/results/wgpu_h200.json]
+    python benchmarks/wgpu_matmul.py [--device vulkan] [--n 4096] [--rounds 5] [--out benchmarks/results/wgpu_h200.json]
 
-RLX compiles one n x n x n f32 matmul for the wgpu device with each large tile and with
-the plugin's own choice (calibrated when a calibration exists), checks the product
-against cuBLAS's (numpy's where there is no CUDA), and times the device work alone:
-many products encoded into one submit (``rlx_wgpu.calibrate.device_seconds``). cuBLAS
-runs on the same machine and data with TF32 off (``CUPY_TF32=0``), timed with CUDA
-events. Without CuPy and a CUDA GPU the comparison is numpy's BLAS on the host. Writes
+RLX compiles one n x n x n f32 matmul for the wgpu device with the plugin's own choice
+(the calibrated tile when a calibration exists) and with each tile of
+``rlx_wgpu.calibrate.LARGE_TILES`` that fits the device, checks each product against
+cuBLAS's (numpy's where there is no CUDA), and times the device work alone: many
+products encoded into one submit (``rlx_wgpu.calibrate.device_seconds``), ``--rounds``
+times per variant, interleaved (every round times every variant once, so that clock and
+thermal drift hit them alike); the table shows each variant's median and the spread
+(slowest / fastest round). cuBLAS runs on the same machine and data with TF32 off
+(``CUPY_TF32=0``), timed with CUDA events before and after the RLX variants (the faster
+counts). Without CuPy and a CUDA GPU the comparison is numpy's BLAS on the host. Writes
 the JSON named by ``--out`` (and a Markdown table beside it) and prints the table.
 """
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -39,14 +44,15 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="gpu")
     parser.add_argument("--n", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=5, help="timings per variant (median shown)")
     parser.add_argument("--out", default=None,
                         help="JSON file to write (default: benchmarks/results/wgpu_<device>.json)")
     args = parser.parse_args(argv)
 
     import wgpu
     from rlx_core import CompileOptions, Graph
-    from rlx_wgpu.calibrate import LARGE_TILES, device_seconds
-    from rlx_wgpu.codegen.linalg import pick_tile
+    from rlx_wgpu.calibrate import LARGE_TILES, time_tiles
+    from rlx_wgpu.codegen.linalg import parse_tile, pick_tile
 
     session = _session(args.device)
     gpu = session.backend.gpu
@@ -59,16 +65,25 @@ def main(argv=None) -> int:
     peer_gflops, want = peer or numpy_matmul(a, b)
     g = Graph("matmul")
     g.set_outputs([g.matmul(g.input("a", (n, n)), g.input("b", (n, n)))])
-    rows = []
-    for tile in [None, *LARGE_TILES]:
-        c = session.compile(g, CompileOptions(backend={"matmul_tile": tile} if tile else {}))
+    default = f"default ({pick_tile(n, n, None, gpu.tuned_matmul_tile(), gpu.workgroup_bytes)})"
+    tiles = [t for t in LARGE_TILES if parse_tile(t).workgroup_bytes <= gpu.workgroup_bytes]
+    compiled, errors = {}, {}
+    for label in [default, *tiles]:
+        c = session.compile(g, CompileOptions(backend={} if label == default else {"matmul_tile": label}))
         got = c.run({"a": a, "b": b})[0]
-        error = float(np.abs(got - want).max() / np.abs(want).max())
-        seconds = device_seconds(gpu, c.executable, min_seconds=0.5)
-        label = tile or f"default ({pick_tile(n, n, None, gpu.tuned_matmul_tile())})"
-        rows.append({"tile": label, "gflops": 2.0 * n ** 3 / seconds / 1e9, "max_rel_error": error})
-        print(f"rlx wgpu {label}: {rows[-1]['gflops']:.0f} GFLOP/s (rel. error {error:.1e})", flush=True)
-        del c
+        errors[label] = float(np.abs(got - want).max() / np.abs(want).max())
+        compiled[label] = c
+    seconds = time_tiles(gpu, {label: c.executable for label, c in compiled.items()}, args.rounds, min_seconds=0.3)
+    rows = []
+    for label, times in seconds.items():
+        rows.append({"tile": label, "gflops": 2.0 * n ** 3 / statistics.median(times) / 1e9,
+                     "spread": max(times) / min(times), "max_rel_error": errors[label]})
+        print(f"rlx wgpu {label}: {rows[-1]['gflops']:.0f} GFLOP/s (median of {len(times)}, spread "
+              f"{rows[-1]['spread']:.2f}x, rel. error {errors[label]:.1e})", flush=True)
+    del compiled
+    again = cublas_sgemm(a, b)
+    if again:
+        peer_gflops = max(peer_gflops, again[0])
     best = max(rows, key=lambda r: r["gflops"])
     default = rows[0]
     result = {
@@ -76,8 +91,10 @@ def main(argv=None) -> int:
         "device": args.device, "adapter": gpu.describe(), "wgpu": wgpu.__version__, "host": platform.node(),
         "rlx": rows, "rlx_best": best, "peer": peer_name, "peer_gflops": peer_gflops,
         "ratio_default": default["gflops"] / peer_gflops, "ratio_best": best["gflops"] / peer_gflops,
-        "timing": "device work only: products encoded back to back into one submit (wgpu); "
-                  + ("CUDA events around 20 products (cuBLAS)" if peer else "fastest of 5 host products (numpy)"),
+        "timing": f"device work only: products encoded back to back into one submit, median of {args.rounds} "
+                  "interleaved rounds (wgpu); "
+                  + ("CUDA events around 20 products, faster of two runs before and after (cuBLAS)" if peer
+                     else "fastest of 5 host products (numpy)"),
     }
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"wgpu_{args.device}.json")
     table = _table(result)
@@ -89,10 +106,10 @@ def main(argv=None) -> int:
 def _table(r: dict) -> str:
     lines = [f"# {r['benchmark']} on {r['adapter']['adapter']} ({r['adapter']['backend_type']}, "
              f"{r['adapter']['driver']}), {r['date']}", "",
-             "| implementation | GFLOP/s | vs peer | max rel. error |", "|---|---|---|---|"]
+             "| implementation | GFLOP/s | vs peer | spread | max rel. error |", "|---|---|---|---|---|"]
     lines += [f"| RLX wgpu, tile {row['tile']} | {row['gflops']:.0f} | {row['gflops'] / r['peer_gflops']:.0%} | "
-              f"{row['max_rel_error']:.1e} |" for row in r["rlx"]]
-    lines += [f"| {r['peer']} | {r['peer_gflops']:.0f} | 100% | |", "",
+              f"{row['spread']:.2f}x | {row['max_rel_error']:.1e} |" for row in r["rlx"]]
+    lines += [f"| {r['peer']} | {r['peer_gflops']:.0f} | 100% | | |", "",
               f"Timing: {r['timing']}.", ""]
     return "\n".join(lines)
 

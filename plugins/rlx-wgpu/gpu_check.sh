@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # rlx-wgpu on the NVIDIA H200 machine (no internet; Python 3.12; CuPy there), in < 5 minutes:
 #   1. the NVIDIA Vulkan adapter is found (Vulkan loader from the carried .gl/*.deb);
-#   2. calibration: f32 matmul 4096^3 per tile (the winner becomes the default), bandwidth, round trip;
+#   2. calibration, measured afresh: f32 matmul 4096^3 with every tile of LARGE_TILES (median of 3 timings,
+#      the best 3 timed 3 times more, interleaved; the winner becomes the default), bandwidth, round trip;
 #   3. the conformance suite on the `vulkan` device (i64 rows included);
 #   4. i64 across its range and the torch-exported models on `gpu` (the NVIDIA adapter; the models skip without torch);
-#   5. the f32 4096x4096 matmul benchmark against cuBLAS SGEMM through CuPy.
+#   5. the f32 4096x4096 matmul benchmark against cuBLAS SGEMM (TF32 off) through CuPy: one table with the
+#      calibrated default and every tile variant (median of 5 interleaved rounds each, % of cuBLAS).
 # Results: $OUT/{adapters.txt,calibration.json,conformance.txt,conformance.xml,int64.txt,wgpu_h200.json,wgpu_h200.md}
 # and benchmarks/results/wgpu_h200.{json,md}.
 # Carry: .gl (libvulkan1 and the GL loaders as .deb) and .whl (wgpu, cffi, pycparser, rendercanvas
@@ -40,7 +42,7 @@ for a in wgpu.gpu.enumerate_adapters_sync():
 PY
 
 python3 -c 'from rlx_core.runtime import register_backends as r; import rlx_wgpu.plugin as p; r(p)
-from rlx_wgpu.calibrate import main; main(["--device", "vulkan"])' 2>&1 | tee "$OUT/calibration.log" || status=1
+from rlx_wgpu.calibrate import main; main(["--device", "vulkan", "--refresh"])' 2>&1 | tee "$OUT/calibration.log" || status=1
 cp "$XDG_CACHE_HOME"/rlx/wgpu-calib-vulkan-*.json "$OUT/calibration.json" 2>/dev/null
 
 # rlx-core's pytest plugin (the suite's --rlx-device option) is an entry point only where rlx-core is installed.

@@ -41,10 +41,10 @@ device is opened or a graph compiled.
   ``Backend`` methods, for callers that build their own Backend).
 * :data:`CAPABILITIES` -- the executable's capabilities.
 * Tiles: :class:`Tile`, :data:`TILES` (the built-in tiles by name), :data:`LARGE_TILES`
-  (the ones calibration tries), :func:`parse_tile` (``"BMxBNxBK/TMxTN"`` -> Tile, or
-  ``RlxError``), :func:`pick_tile` (the tile a product of ``m x n`` gets).
-* Calibration: :func:`measure` ``(device, n, tiles=LARGE_TILES, progress=print) -> dict``
-  measures now, uncached (``sgemm_gflops``, ``matmul_tile``, ``matmul_gflops_by_tile``,
+  (the ones calibration tries), :func:`parse_tile` (``"BMxBNxBK/TMxTN[/db][/wX]"`` -> Tile,
+  or ``RlxError``), :func:`pick_tile` (the tile a product of ``m x n`` gets).
+* Calibration: :func:`measure` ``(device, n, tiles=LARGE_TILES, progress=print, timings=3)
+  -> dict`` measures now, uncached (``sgemm_gflops``, ``matmul_tile``, ``matmul_gflops_by_tile``,
   ``memory_bw_gbps``, ``roundtrip_overhead_ns``, ``transfer_bw_gbps``, the adapter
   facts of ``describe()``); :func:`device_seconds` times an executable's device work;
   caching is the caller's (``tuning`` reads it back).

@@ -1,9 +1,14 @@
 """Calibration for the cost model: what one wgpu device really does.
 
-* ``sgemm_gflops``: f32 matmul throughput (GFLOP/s) of the fastest matmul tile, timed on
-  device work alone (many products in one submit), at 4096^3 on GPUs (512^3 on CPU
-  adapters such as lavapipe); the winning tile is kept as ``matmul_tile`` and used for
-  every large product on this adapter from then on;
+* ``sgemm_gflops``: f32 matmul throughput (GFLOP/s) of the fastest matmul tile of
+  :data:`LARGE_TILES` (those that fit the device's workgroup memory), timed on device work
+  alone (many products in one submit), at 4096^3 on GPUs (512^3 on CPU adapters such as
+  lavapipe). Each tile is timed ``TIMINGS`` times (its median counts), then the best
+  ``FINALISTS`` are timed ``TIMINGS`` times more, interleaved (so that clock and thermal
+  drift hit them alike), and the best median over all its timings wins: it is kept as
+  ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's median) and used for every large
+  product on this adapter from then on. A cache from an older GEMM kernel
+  (``matmul_kernel``) is measured again;
 * ``memory_bw_gbps``: bytes read plus written per second by a streaming kernel;
 * ``roundtrip_overhead_ns``: one complete ``run`` of a one-element graph (write the
   input, submit, map the output back), the fixed cost of any run;
@@ -15,13 +20,14 @@
   it is, on the same kernels, with a matmul of 512^3 instead of 4096^3 (it runs at CPU
   speed); device selection never prefers it to the cpu device on these figures alone.
 
-Results are cached per profile and adapter in ``$XDG_CACHE_HOME/rlx`` (default
-``~/.cache/rlx``) as ``wgpu-calib-<profile>-<adapter>.json``, written atomically; a
+Results are cached per profile, adapter and driver in ``$XDG_CACHE_HOME/rlx`` (default
+``~/.cache/rlx``) as ``wgpu-calib-<profile>-<adapter>-<driver>.json``, written atomically; a
 missing or corrupt file is measured again. ``python -m rlx_wgpu.calibrate --device
-vulkan [--refresh]`` prints the result as JSON.
+vulkan [--refresh]`` prints the result as JSON; ``rlx calibrate --force`` measures again.
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -31,15 +37,22 @@ from rlx_core.runtime import registry
 from rlx_core.select.tuning import (batch_seconds, cached_tuning, calibration_main, positive_figures, random_feeds,
                                     read_tuning, roundtrip_ns, tiny_graph, transfer_gbps, tuning_path)
 
-from .codegen.linalg import TILES
+from rlx_core.errors import RlxError
+
+from .codegen.linalg import parse_tile
 from .encoder import Encoder
 from .executable import WgpuExecutable
-from .gpu import Gpu, open_gpu
+from .gpu import Gpu, is_software, open_gpu
 
-__all__ = ["calibrate", "cache_path", "load_calibration", "device_seconds", "measure", "LARGE_TILES"]
+__all__ = ["calibrate", "cache_path", "load_calibration", "device_seconds", "measure", "time_tiles", "LARGE_TILES",
+           "MATMUL_KERNEL"]
 
 KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns")
-LARGE_TILES = ("128x128x8/8x8", "128x128x16/8x8", "128x64x8/8x4", "64x64x16/4x4", "64x64x8/4x4")
+LARGE_TILES = ("128x128x16/8x8/db", "128x128x16/8x8/db/w8", "128x128x8/8x8/db", "128x128x8/8x8/db/w8",
+               "128x64x16/8x4/db", "64x128x16/4x8/db", "64x64x16/4x4/db", "128x128x16/8x8", "128x128x8/8x8")
+MATMUL_KERNEL = 2  # version of the GEMM kernel's code generation: a calibration of another one is stale
+TIMINGS = 3        # timings per tile in each pass
+FINALISTS = 3      # tiles timed again in the second pass
 
 
 def cache_path(gpu: Gpu) -> Path:
@@ -47,9 +60,18 @@ def cache_path(gpu: Gpu) -> Path:
 
 
 def _valid(data: dict) -> bool:
-    # Files written before transfer and software were measured are stale.
+    # Files written before transfer and software were measured, or by another GEMM kernel, are stale.
     return positive_figures(data, KEYS) and isinstance(data.get("transfer_bw_gbps"), (int, float)) and \
-        isinstance(data.get("software"), bool) and data.get("matmul_tile") in TILES
+        isinstance(data.get("software"), bool) and data.get("matmul_kernel") == MATMUL_KERNEL and \
+        _parses(data.get("matmul_tile"))
+
+
+def _parses(tile) -> bool:
+    try:
+        parse_tile(tile)
+        return True
+    except RlxError:
+        return False
 
 
 def load_calibration(gpu: Gpu) -> dict | None:
@@ -86,18 +108,42 @@ def _compiled(gpu: Gpu, graph: Graph, **backend) -> WgpuExecutable:
     return exe
 
 
-def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print) -> dict:
-    """Measure ``gpu`` now (no cache): an f32 ``n``^3 matmul with each of ``tiles`` (the
-    fastest becomes ``matmul_tile``), memory bandwidth, roundtrip and transfer (see the
-    module docstring for the keys)."""
+def time_tiles(gpu: Gpu, exes: dict, rounds: int, min_seconds: float | None = None) -> dict[str, list[float]]:
+    """Seconds per run of each executable in ``exes`` (name -> executable), ``rounds`` times
+    each, interleaved: every round times every executable once, in batches of at least
+    ``min_seconds`` (default 0.2 s; 0.05 s on a software adapter, which runs at CPU speed)."""
+    if min_seconds is None:
+        min_seconds = 0.05 if is_software(gpu.info) else 0.2
+    seconds = {name: [] for name in exes}
+    for _ in range(rounds):
+        for name, exe in exes.items():
+            seconds[name].append(device_seconds(gpu, exe, min_seconds))
+    return seconds
+
+
+def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = TIMINGS) -> dict:
+    """Measure ``gpu`` now (no cache): an f32 ``n``^3 matmul with each of ``tiles`` that fits
+    the device (the fastest becomes ``matmul_tile``; see the module docstring for the two
+    passes), memory bandwidth, roundtrip and transfer (see the module docstring for the keys)."""
     flops = 2.0 * n ** 3
     matmul = tiny_graph("calib-matmul", lambda g, a, b: g.matmul(a, b), (n, n), (n, n))
-    measured = {}
-    for tile in tiles:
-        exe = _compiled(gpu, matmul, matmul_tile=tile)
-        measured[tile] = flops / device_seconds(gpu, exe) / 1e9
-        progress(f"calibrate {gpu.profile.label}: matmul {n}^3 tile {tile}: {measured[tile]:.0f} GFLOP/s")
-        del exe
+    fitting = [t for t in tiles if parse_tile(t).workgroup_bytes <= gpu.workgroup_bytes]
+    if not fitting:
+        raise RlxError(f"no matmul tile of {list(tiles)} fits this device's {gpu.workgroup_bytes} bytes of "
+                       f"workgroup memory")
+    seconds: dict[str, list[float]] = {}
+    for tile in fitting:
+        seconds.update(time_tiles(gpu, {tile: _compiled(gpu, matmul, matmul_tile=tile)}, timings))
+        progress(f"calibrate {gpu.profile.label}: matmul {n}^3 tile {tile}: "
+                 f"{flops / statistics.median(seconds[tile]) / 1e9:.0f} GFLOP/s (median of {timings})")
+    finalists = sorted(fitting, key=lambda t: statistics.median(seconds[t]))[:FINALISTS]
+    if len(finalists) > 1:
+        again = time_tiles(gpu, {t: _compiled(gpu, matmul, matmul_tile=t) for t in finalists}, timings)
+        for tile in finalists:
+            seconds[tile] += again[tile]
+            progress(f"calibrate {gpu.profile.label}: finalist {tile}: "
+                     f"{flops / statistics.median(seconds[tile]) / 1e9:.0f} GFLOP/s (median of {len(seconds[tile])})")
+    measured = {t: flops / statistics.median(s) / 1e9 for t, s in seconds.items()}
     best = max(measured, key=measured.get)
     size = min(16 * n * n, 1 << 26, gpu.max_binding_bytes // 4)  # at most 256 MiB in and out
     stream_graph = tiny_graph("calib-stream", lambda g, x: g.neg(x), (size,))
@@ -109,6 +155,7 @@ def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print) -> dict:
     transfer = transfer_gbps(stream, random_feeds(stream_graph), 8.0 * size, device_seconds(gpu, stream), roundtrip)
     return {"sgemm_gflops": measured[best], "memory_bw_gbps": bandwidth, "roundtrip_overhead_ns": roundtrip,
             "transfer_bw_gbps": transfer, "matmul_tile": best, "matmul_size": n, "matmul_gflops_by_tile": measured,
+            "matmul_kernel": MATMUL_KERNEL, "matmul_timings": {t: len(s) for t, s in seconds.items()},
             **{k: v for k, v in gpu.describe().items() if k != "profile"}, "profile": gpu.profile.label}
 
 

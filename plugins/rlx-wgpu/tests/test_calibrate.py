@@ -3,8 +3,10 @@ import json
 
 import pytest
 
+from rlx_core.errors import RlxError
 from rlx_core.runtime import Device, registry
-from rlx_wgpu.calibrate import KEYS, cache_path, calibrate, load_calibration
+from rlx_wgpu.calibrate import FINALISTS, KEYS, LARGE_TILES, MATMUL_KERNEL, TIMINGS, cache_path, calibrate, \
+    load_calibration, measure
 from rlx_wgpu.gpu import open_gpu
 
 pytest.importorskip("wgpu")
@@ -23,7 +25,13 @@ def test_measures_caches_and_tunes_the_matmul_tile(cache_home):
     first = calibrate("gpu", progress=lambda m: None, matmul_size=128)
     assert all(first[k] > 0 for k in KEYS)
     assert first["transfer_bw_gbps"] > 0 and first["software"] is (open_gpu("gpu").info["adapter_type"] == "CPU")
-    assert first["matmul_tile"] in first["matmul_gflops_by_tile"]
+    assert first["matmul_tile"] in first["matmul_gflops_by_tile"] and first["matmul_kernel"] == MATMUL_KERNEL
+    by_tile = first["matmul_gflops_by_tile"]
+    assert set(by_tile) == set(LARGE_TILES) and first["matmul_tile"] == max(by_tile, key=by_tile.get)
+    # the finalists (the fastest of the first pass, the winner among them) were timed twice as often
+    timings = first["matmul_timings"]
+    assert sorted(timings.values()) == [TIMINGS] * (len(LARGE_TILES) - FINALISTS) + [2 * TIMINGS] * FINALISTS
+    assert timings[first["matmul_tile"]] == 2 * TIMINGS
     assert open_gpu("gpu").tuned_matmul_tile() == first["matmul_tile"]
     path = cache_path(open_gpu("gpu"))
     assert json.loads(path.read_text()) == first
@@ -43,6 +51,23 @@ def test_a_cache_without_transfer_and_software_is_measured_again(cache_home):
     path = cache_path(open_gpu("gpu"))
     path.write_text(json.dumps({k: v for k, v in stale.items() if k not in ("transfer_bw_gbps", "software")}))
     assert load_calibration(open_gpu("gpu")) is None
+
+
+def test_a_cache_of_another_gemm_kernel_is_measured_again(cache_home):
+    stale = calibrate("gpu", progress=lambda m: None, matmul_size=64)
+    path = cache_path(open_gpu("gpu"))
+    path.write_text(json.dumps({**stale, "matmul_kernel": MATMUL_KERNEL - 1}))
+    assert load_calibration(open_gpu("gpu")) is None
+    path.write_text(json.dumps({k: v for k, v in stale.items() if k != "matmul_kernel"}))
+    assert load_calibration(open_gpu("gpu")) is None
+
+
+def test_tiles_beyond_the_workgroup_memory_are_not_tried():
+    gpu = open_gpu("webgpu")  # the spec's 16 KiB
+    result = measure(gpu, 64, tiles=("128x128x16/8x8/db", "64x64x8/4x4/db"), progress=lambda m: None, timings=1)
+    assert result["matmul_gflops_by_tile"].keys() == {"64x64x8/4x4/db"} and result["matmul_tile"] == "64x64x8/4x4/db"
+    with pytest.raises(RlxError, match="fits"):
+        measure(gpu, 64, tiles=("128x128x16/8x8/db",), progress=lambda m: None)
 
 
 def test_the_hook_ignores_other_backends():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from rlx_core import CompileOptions, Graph, Session
+from rlx_core.errors import RlxError
 from rlx_wgpu.codegen.linalg import TILES
 from rlx_wgpu.codegen.wgsl import f32, grid
 
@@ -22,8 +23,10 @@ def _run(device, build, *arrays, **backend):
 
 
 @pytest.mark.parametrize("tile", sorted(TILES))
-@pytest.mark.parametrize("m,k,n", [(256, 128, 256), (130, 37, 70)])
+@pytest.mark.parametrize("m,k,n", [(256, 128, 256), (132, 44, 68), (130, 37, 70)])
 def test_matmul_tiles(tile, m, k, n):
+    """A tile multiple (unguarded vec4), edges with whole vec4 rows (guarded vec4), odd
+    rows (element by element)."""
     a, b = RNG.standard_normal((m, k), np.float32), RNG.standard_normal((k, n), np.float32)
     got = _run("gpu", lambda g, x, y: g.matmul(x, y), a, b, matmul_tile=tile)[0]
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
@@ -33,6 +36,20 @@ def test_batched_matmul_on_the_vec4_path():
     a, b = RNG.standard_normal((3, 128, 64), np.float32), RNG.standard_normal((64, 128), np.float32)
     got = _run("gpu", lambda g, x, y: g.matmul(x, y), a, b, matmul_tile="64x64x8/4x4")[0]
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("tile", ["128x128x16/8x8/db/w8", "64x64x8/4x4"])
+def test_wrapping_int_matmul_on_the_guarded_vec4_path(tile):
+    a = RNG.integers(-2**20, 2**20, (2, 132, 40), dtype=np.int32)
+    b = RNG.integers(-2**20, 2**20, (40, 72), dtype=np.int32)
+    got = _run("gpu", lambda g, x, y: g.matmul(x, y), a, b, matmul_tile=tile)[0]
+    np.testing.assert_array_equal(got, np.matmul(a.astype(np.int64), b.astype(np.int64)).astype(np.int32))
+
+
+def test_a_forced_tile_beyond_the_workgroup_memory_limit_is_an_error():
+    a = RNG.standard_normal((64, 64), np.float32)
+    with pytest.raises(RlxError, match="needs 32768 bytes of workgroup memory; this device allows 16384"):
+        _run("webgpu", lambda g, x, y: g.matmul(x, y), a, a, matmul_tile="128x128x16/8x8/db")
 
 
 def test_batched_matmul_with_broadcast_and_wrapping_ints():
