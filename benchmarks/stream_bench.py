@@ -8,7 +8,9 @@ seq 128, d_model 256, 4 heads, ffn 1024, f32; ``--seq``/``--d-model`` change it)
 numpy in and out, the input buffer rewritten before every call as a serving loop does:
 
 * ``sequential``: ``run(x)`` N times (each waits for its result);
-* ``pipelined``: ``submit(x)`` N times, then ``wait()`` on every handle.
+* ``pipelined``: ``submit(x)`` N times, then ``wait()`` on every handle; the median
+  time one ``submit`` takes to return is reported too (a queueing backend's submit
+  costs host time only: it must not wait for the device).
 
 Each round times one batch of each, in a shuffled order (``common.interleaved_times``),
 so load on a shared machine falls on both alike; the speedup is the median over rounds
@@ -24,6 +26,7 @@ import argparse
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -56,11 +59,15 @@ def bench_device(device: str, args) -> dict:
             outs.append(compiled.run({"x": buf})[0])
         return outs
 
+    submit_s = []  # how long each submit took to return (host time; no wait for the device)
+
     def pipelined():
         handles = []
         for x in xs:
             buf[...] = x
+            t0 = time.perf_counter()
             handles.append(compiled.submit({"x": buf}))
+            submit_s.append(time.perf_counter() - t0)
         return [h.wait()[0] for h in handles]
 
     for a, b in zip(sequential(), pipelined()):  # same results (also the warm-up)
@@ -69,7 +76,7 @@ def bench_device(device: str, args) -> dict:
     seq_ms, pipe_ms = (statistics.median(times[k]) / args.n * 1e3 for k in ("sequential", "pipelined"))
     return {"device": device, "backend": compiled.backend, "async_pipeline": "async_pipeline" in compiled.capabilities,
             "n": args.n, "rounds": args.rounds, "sequential_ms_per_run": round(seq_ms, 4),
-            "pipelined_ms_per_run": round(pipe_ms, 4),
+            "pipelined_ms_per_run": round(pipe_ms, 4), "submit_return_ms": round(1e3 * statistics.median(submit_s), 4),
             "speedup": round(paired_ratio(times["sequential"], times["pipelined"]), 3), "graph": graph.name}
 
 
@@ -97,9 +104,10 @@ def main(argv=None) -> int:
     for r in rows:
         r["meets_target"] = r["speedup"] >= TARGET if r["device"] in ("cuda", "tpu") else None
     table = markdown_table(
-        ["device", "backend", "async_pipeline", "sequential ms/run", "pipelined ms/run", "speedup"],
+        ["device", "backend", "async_pipeline", "sequential ms/run", "pipelined ms/run", "speedup",
+         "submit returns after ms"],
         [(r["device"], r["backend"], r["async_pipeline"], r["sequential_ms_per_run"], r["pipelined_ms_per_run"],
-          f"{r['speedup']:.2f}x") for r in rows])
+          f"{r['speedup']:.2f}x", r["submit_return_ms"]) for r in rows])
     text = (f"N={args.n} submits back to back vs N sequential runs, b1 transformer block "
             f"(seq {args.seq}, d_model {args.d_model}), median of {args.rounds} interleaved rounds; "
             f"target >= {TARGET}x on the H200 (cuda, tpu).\n\n" + table)

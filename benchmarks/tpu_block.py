@@ -32,6 +32,13 @@ PJRT) adds to the device's. "pipelined" timings queue
 ``PIPELINE_DEPTH`` device-array calls back to back and wait for the last: the time per
 call once launches overlap the device's work, as in a serving or training loop. The RLX
 path's overhead is the median over rounds of ``rlx / jax``, minus 1; the target is <= 10%.
+
+Where a numpy call's time goes (issue 18's run-path split): ``rlx_launch`` is the XLA
+program alone (``TpuExecutable.launch`` on a device array, waited), the device's work
+plus PJRT's launch; the report gives the full ``run`` with numpy in and out against it,
+and what jax.jit pays for the same transfers: ``jax_numpy_in`` (numpy input, device
+output) and ``jax_numpy_out`` (device input, numpy output) against ``jax_device``. Those
+come from medians of different phases (not paired): read them as estimates.
 Results go to ``benchmarks/results/tpu_<platform>.json`` (``tpu_h200.json`` on an H200) unless
 ``--output`` says otherwise.
 """
@@ -218,12 +225,15 @@ def run_benchmark(cfg: dict, repeats: int) -> dict:
 
     launches = {  # device arrays in and out, not waited for
         "rlx_device": lambda: rlx_dev.run({"x": x_dev})[0],
+        "rlx_launch": lambda: rlx_dev.executable.launch((x_dev,))[0],
         "jax_device": lambda: jitted(weights, x_dev),
         "jax_idiomatic_device": lambda: idiomatic(weights, x_dev),
     }
     host_calls = {
         "rlx_host": lambda: rlx_host.run({"x": x_host})[0],
         "jax_host": lambda: np.asarray(jitted(weights, x_host)),
+        "jax_numpy_in": lambda: jitted(weights, x_host).block_until_ready(),
+        "jax_numpy_out": lambda: np.asarray(jitted(weights, x_dev)),
     }
     times = interleaved_times({name: _waited(launch) for name, launch in launches.items()}, repeats)
     times.update(interleaved_times(host_calls, repeats))
@@ -243,6 +253,7 @@ def run_benchmark(cfg: dict, repeats: int) -> dict:
         "overhead_host": paired_ratio(times["rlx_host"], times["jax_host"]) - 1,
         "pipelined_ms": {name: 1e3 * statistics.median(ts) / PIPELINE_DEPTH for name, ts in pipelined.items()},
         "overhead_pipelined": paired_ratio(pipelined["rlx_device"], pipelined["jax_device"]) - 1,
+        "run_split": medians_ms["rlx_host"] / medians_ms["rlx_launch"],
         "compile_s": {"rlx": rlx_compile_s, "jax": jax_compile_s},
         "max_abs_diff_rlx_vs_jax": float(np.max(np.abs(y_rlx - y_jax))), "output_scale": scale,
         "target_overhead": TARGET_OVERHEAD,
@@ -276,10 +287,20 @@ def report(result: dict) -> str:
     lines.append(f"  {'pipelined':<12} {pipe['rlx_device']:>9.3f} {pipe['jax_device']:>9.3f} {100 * over:>8.1f}%"
                  + ("" if over <= TARGET_OVERHEAD else "  (over the 10% target)"))
     lines.append(f"  idiomatic JAX (other numerics), device: {ms['jax_idiomatic_device']:.3f} ms")
+    lines.append(f"  run-path split: run (numpy in/out) {ms['rlx_host']:.3f} ms / the XLA program alone "
+                 f"{ms['rlx_launch']:.3f} ms = {result['run_split']:.2f}x; the numpy path adds "
+                 f"{_us(ms['rlx_host'] - ms['rlx_launch'])} (jax.jit's {_us(ms['jax_host'] - ms['jax_device'])}: "
+                 f"input {_us(ms['jax_numpy_in'] - ms['jax_device'])}, output "
+                 f"{_us(ms['jax_numpy_out'] - ms['jax_device'])}); device arrays through run add "
+                 f"{_us(ms['rlx_device'] - ms['rlx_launch'])}")
     lines.append(f"  compile: rlx {result['compile_s']['rlx']:.2f} s, jax {result['compile_s']['jax']:.2f} s; "
                  f"max |rlx - jax| = {result['max_abs_diff_rlx_vs_jax']:.3g} (outputs up to "
                  f"{result['output_scale']:.3g})")
     return "\n".join(lines)
+
+
+def _us(ms: float) -> str:
+    return f"{1e3 * ms:+.0f} us"
 
 
 def default_output(result: dict) -> Path:

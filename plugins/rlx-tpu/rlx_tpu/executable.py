@@ -58,6 +58,8 @@ class Program:
         self.graph = graph
         self.placement = placement
         self.input_shardings = tuple(placement.inputs[name] for name in graph.input_names)
+        # (name, sharding) per input in argument order: what each run walks, built once
+        self.feeds = tuple(zip(graph.input_names, self.input_shardings))
         self.draws_random = draws_random(graph)
         self.param_names, self.input_names = tuple(graph.param_names), tuple(graph.input_names)
         # Runs need JAX's x64 mode only to pass or return 64-bit values (the seed is u64);
@@ -139,15 +141,16 @@ class TpuExecutable(ExecutableGraph):
                 self._seed = jax.device_put(np.uint64(rng.seed), self.program.placement.replicated)
 
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
-        executable = self.program.executable(self.rng.mode)
-        with self.program.run_scope():
-            feeds = tuple(self._on_device(name, inputs[name], where)
-                          for name, where in zip(self.program.input_names, self.program.input_shardings))
+        program = self.program
+        executable = program.executable(self.rng.mode)
+        with program.run_scope():
+            feeds = tuple([self._on_device(name, inputs[name], where) for name, where in program.feeds])
             if self._tracer is None:
                 results = executable(self._param_args, feeds, self._seed)
             else:
                 results = self._traced_call(executable, feeds)
         if out is not None:
+            self._fetch(results)
             for dst, res in zip(out, results):
                 np.copyto(dst, np.asarray(res))
             return list(out)
@@ -157,20 +160,34 @@ class TpuExecutable(ExecutableGraph):
         """XLA's async dispatch: the program is queued and its (new, immutable) arrays
         returned at once; ``done`` is their ``is_ready()``. Numpy inputs are copied first
         (XLA may read or alias a host array after the call returns), other DLPack arrays
-        imported as copies; JAX arrays are immutable already."""
+        imported as copies; JAX arrays are immutable already. Numpy outputs have their
+        device-to-host copies queued here, behind the program, so ``wait`` finds them
+        under way (or done) instead of starting one transfer per result."""
         if self._tracer is not None:  # a traced run waits for its program: no queue to keep
             return super().submit(inputs)
         import jax
-        executable = self.program.executable(self.rng.mode)
-        with self.program.run_scope():
-            feeds = tuple(self._on_device(name, self._captured(name, inputs[name]), where)
-                          for name, where in zip(self.program.input_names, self.program.input_shardings))
+        program = self.program
+        executable = program.executable(self.rng.mode)
+        with program.run_scope():
+            feeds = tuple([self._on_device(name, self._captured(name, inputs[name]), where)
+                           for name, where in program.feeds])
             try:
                 results = executable(self._param_args, feeds, self._seed)
             except Exception as e:  # XLA:CPU runs small programs inline: their failure is the run's
                 return Pending.failed(e)
-        return Pending(lambda: all(r.is_ready() for r in results),
-                       lambda: self._returned(jax.block_until_ready(results)))
+        if self.outputs == "jax":
+            return Pending(lambda: all(r.is_ready() for r in results),
+                           lambda: list(jax.block_until_ready(results)))
+        self._fetch(results)
+        return Pending(lambda: all(r.is_ready() for r in results), lambda: self._returned(results))
+
+    def launch(self, feeds: Sequence[Any]) -> list[Any]:
+        """The XLA program alone on ``feeds``: JAX arrays already placed as the program
+        takes them, in the graph's input order. Nothing is checked, converted or waited
+        for: the device execution that ``run`` wraps, which benchmarks measure ``run``
+        against (``benchmarks/tpu_block.py``, ``benchmarks/run_split.py``)."""
+        with self.program.run_scope():
+            return list(self.program.executable(self.rng.mode)(self._param_args, tuple(feeds), self._seed))
 
     def clone(self) -> "TpuExecutable":
         """A copy running the same compiled program. Its params start as this one's device
@@ -190,7 +207,20 @@ class TpuExecutable(ExecutableGraph):
         """A run's results as it returns them: the JAX arrays, or numpy arrays."""
         if self.outputs == "jax":
             return list(results)
+        if len(results) > 1:
+            self._fetch(results)
         return [np.asarray(res) for res in results]
+
+    @staticmethod
+    def _fetch(results) -> None:
+        """Queue every result's device-to-host copy at once (``np.asarray`` would start
+        them one at a time, each after the one before had landed). A no-op on XLA:CPU,
+        whose results numpy views in place. A run that failed says so at ``np.asarray``."""
+        for res in results:
+            try:
+                res.copy_to_host_async()
+            except Exception:  # the run's own error: raised where its values are read
+                return
 
     def _captured(self, name: str, value: Any) -> Any:
         """An input no caller can change after ``submit`` returns."""
@@ -221,11 +251,15 @@ class TpuExecutable(ExecutableGraph):
         """An input as the program takes it: numpy as is (the call transfers or splits it),
         JAX arrays moved to the input's sharding ``where`` if placed otherwise, DLPack
         arrays imported."""
+        if isinstance(value, np.ndarray):
+            return value
         import jax
-        if not isinstance(value, (np.ndarray, jax.Array)):
+        if not isinstance(value, jax.Array):
             value = self._import(f"input '{name}'", value, copy=None)
-        if isinstance(value, jax.Array) and value.sharding != where \
-                and not value.sharding.is_equivalent_to(where, value.ndim):
+            if isinstance(value, np.ndarray):  # a host array after all (see _import)
+                return value
+        sharding = value.sharding
+        if sharding != where and not sharding.is_equivalent_to(where, value.ndim):
             value = jax.device_put(value, where)
         return value
 

@@ -108,6 +108,33 @@ def test_params_stay_on_the_device_and_are_copies():
     assert_close(np.asarray(out), want, "f32")
 
 
+def test_launch_is_the_xla_program_alone():
+    """``launch``: the program on device arrays, nothing checked, moved or waited for."""
+    compiled = Session("tpu").compile(_dense())
+    compiled.set_params(_params())
+    x = jax.device_put(X, compiled.executable.program.input_shardings[0])
+    with jax.transfer_guard("disallow"):
+        out = compiled.executable.launch((x,))
+    assert isinstance(out, list) and isinstance(out[0], jax.Array)
+    assert_close(np.asarray(out[0]), compiled.run({"x": X})[0], "f32")
+
+
+def test_submitted_numpy_outputs_equal_run_and_errors_wait():
+    """Numpy outputs of submits (their copies queued with the run) are each run's own,
+    equal to ``run``'s."""
+    g = Graph("two")
+    x = g.input("x", (2, 3), "f32")
+    g.set_outputs([g.tanh(x), g.sum(x, axes=[1]), g.exp(x)])
+    compiled = Session("tpu").compile(g)
+    xs = [X + i for i in range(4)]
+    handles = [compiled.submit({"x": x}) for x in xs]
+    for h, x in zip(handles, xs):
+        got = h.wait()
+        assert all(isinstance(o, np.ndarray) for o in got)
+        for a, b in zip(got, compiled.run({"x": x})):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_outputs_are_new_numpy_arrays_or_fill_out_buffers():
     contract.check_outputs_are_numpy_or_out_buffers("tpu")
 

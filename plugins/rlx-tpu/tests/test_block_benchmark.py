@@ -36,5 +36,7 @@ def test_benchmark_writes_its_results(bench, tmp_path):
     out = tmp_path / "tpu.json"
     assert bench.main(["--batch", "1", "--seq", "8", "--d-model", "32", "--repeats", "3", "--output", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert set(result["median_ms"]) == {"rlx_device", "jax_device", "jax_idiomatic_device", "rlx_host", "jax_host"}
+    assert set(result["median_ms"]) == {"rlx_device", "rlx_launch", "jax_device", "jax_idiomatic_device", "rlx_host",
+                                        "jax_host", "jax_numpy_in", "jax_numpy_out"}
+    assert result["run_split"] == pytest.approx(result["median_ms"]["rlx_host"] / result["median_ms"]["rlx_launch"])
     assert result["max_abs_diff_rlx_vs_jax"] < 1e-3 * max(result["output_scale"], 1)
