@@ -17,6 +17,8 @@
 * ``interleaved_times(contenders, repeats)`` times contenders one call each per round, in
   a shuffled order; ``paired_ratio(a, b)`` is the median over rounds of a / b;
   ``allocated_per_call(fn)`` is tracemalloc's peak during a steady-state call.
+* ``per_device(devices, bench, label)`` runs a per-device benchmark on each device of a
+  comma-separated list that is available, keeping why the others have no row.
 * ``machine()`` describes the host (CPU, cores, library versions, BLAS).
 * ``cublas_sgemm(a, b)`` and ``numpy_matmul(a, b)`` time one f32 product as the peers of
   a backend's GEMM: cuBLAS through CuPy (TF32 off; None without a CUDA GPU), numpy's BLAS.
@@ -37,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 
 __all__ = ["ROOT", "RESULTS", "use_checkout", "sample", "summary", "median_of", "Worker", "in_subprocess",
-           "worker_main", "write_results", "markdown_table", "machine", "progress", "cublas_sgemm", "numpy_matmul",
-           "interleaved_times", "paired_ratio", "allocated_per_call"]
+           "worker_main", "write_results", "markdown_table", "machine", "progress", "per_device", "cublas_sgemm",
+           "numpy_matmul", "interleaved_times", "paired_ratio", "allocated_per_call"]
 
 
 def use_checkout() -> None:
@@ -185,6 +187,26 @@ def worker_main(handlers: dict[str, Callable[..., Any]]) -> bool:
 
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def per_device(devices: str, bench: Callable[[str], dict], label: str) -> tuple[list[dict], dict[str, str]]:
+    """``bench(device)`` for each of the comma-separated ``devices``: the rows it returned,
+    and by device why the others have none (not available here, or the error it raised:
+    one device failing does not hide the others)."""
+    from rlx_core.runtime import registry
+    rows, skipped = [], {}
+    for device in [d.strip() for d in devices.split(",") if d.strip()]:
+        if not registry().is_available(device):
+            skipped[device] = "not available here"
+            continue
+        progress(f"{label}: {device} ...")
+        try:
+            rows.append(bench(device))
+        except Exception as e:
+            skipped[device] = f"{type(e).__name__}: {e}"
+        else:
+            progress(f"  {rows[-1]}")
+    return rows, skipped
 
 
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (interleaved_times, machine, markdown_table, paired_ratio, progress,  # noqa: E402
+from common import (interleaved_times, machine, markdown_table, paired_ratio, per_device,  # noqa: E402
                     use_checkout, write_results)
 
 use_checkout()
@@ -39,7 +39,6 @@ import numpy as np  # noqa: E402
 
 from rlx_core import Session  # noqa: E402
 from rlx_core.models import example_inputs, transformer_block  # noqa: E402
-from rlx_core.runtime import registry  # noqa: E402
 
 DEVICES = ("cpu", "cuda", "tpu", "gpu", "mlx", "rocm")
 TARGET = 1.3  # pipelined / sequential throughput on the H200 (cuda, tpu)
@@ -89,18 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--output", help="results .json path (default benchmarks/results/stream_<host>.json)")
     args = p.parse_args(argv)
-    rows, skipped = [], {}
-    for device in [d.strip() for d in args.devices.split(",") if d.strip()]:
-        if not registry().is_available(device):
-            skipped[device] = "not available here"
-            continue
-        progress(f"stream_bench: {device} ...")
-        try:
-            rows.append(bench_device(device, args))
-        except Exception as e:  # one device failing must not hide the others
-            skipped[device] = f"{type(e).__name__}: {e}"
-        else:
-            progress(f"  {rows[-1]}")
+    rows, skipped = per_device(args.devices, lambda device: bench_device(device, args), "stream_bench")
     for r in rows:
         r["meets_target"] = r["speedup"] >= TARGET if r["device"] in ("cuda", "tpu") else None
     table = markdown_table(
