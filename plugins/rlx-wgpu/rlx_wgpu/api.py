@@ -41,7 +41,7 @@ device is opened or a graph compiled.
   ``Backend`` methods, for callers that build their own Backend).
 * :data:`CAPABILITIES` -- the executable's capabilities.
 * Tiles: :class:`Tile`, :data:`TILES` (the built-in tiles by name), :data:`LARGE_TILES`
-  (the ones calibration tries), :func:`parse_tile` (``"BMxBNxBK/TMxTN[/db][/wX]"`` -> Tile,
+  (the ones calibration tries), :func:`parse_tile` (``"BMxBNxBK/TMxTN[/db][/p][/wX]"`` -> Tile,
   or ``RlxError``), :func:`pick_tile` (the tile a product of ``m x n`` gets).
 * Calibration: :func:`measure` ``(device, n, tiles=LARGE_TILES, progress=print, timings=3)
   -> dict`` measures now, uncached (``sgemm_gflops``, ``matmul_tile``, ``matmul_gflops_by_tile``,

@@ -48,8 +48,9 @@ __all__ = ["calibrate", "cache_path", "load_calibration", "device_seconds", "mea
            "MATMUL_KERNEL"]
 
 KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns")
-LARGE_TILES = ("128x128x16/8x8/db", "128x128x16/8x8/db/w8", "128x128x8/8x8/db", "128x128x8/8x8/db/w8",
-               "128x64x16/8x4/db", "64x128x16/4x8/db", "64x64x16/4x4/db", "128x128x16/8x8", "128x128x8/8x8")
+LARGE_TILES = ("128x128x16/8x8/db", "128x128x16/8x8/db/w8", "128x128x16/8x8/db/p", "128x128x8/8x8/db",
+               "128x128x8/8x8/db/w8", "128x128x8/8x8/db/p", "128x64x16/8x4/db", "64x128x16/4x8/db",
+               "64x64x16/4x4/db", "128x128x16/8x8", "128x128x8/8x8")
 MATMUL_KERNEL = 2  # version of the GEMM kernel's code generation: a calibration of another one is stale
 TIMINGS = 3        # timings per tile in each pass
 FINALISTS = 3      # tiles timed again in the second pass

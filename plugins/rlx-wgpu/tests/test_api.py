@@ -166,13 +166,15 @@ def test_caller_supplied_tuning_picks_the_large_tile():
     assert str(api.pick_tile(512, 512, tuned=dev.tuned_matmul_tile())) == "64x32x8/4x4"
     assert str(api.pick_tile(512, 512, tuned="nonsense")) == "128x128x8/8x8/db"
     assert str(api.pick_tile(512, 512, tuned="128x128x16/8x8/db", workgroup_bytes=16384)) == "128x128x8/8x8/db"
+    assert str(api.pick_tile(512, 512, workgroup_bytes=8192)) == "64x64x8/4x4"
     assert str(api.parse_tile("64x64x8/4x4")) in api.TILES
     with pytest.raises(RlxError):
         api.parse_tile("3x3")
-    for bad in ("128x128x8/8x8/xx", "128x128x8/8x8/db/db", "128x128x8/8x8/w3", "64x64x8/4x4/w32"):
+    for bad in ("128x128x8/8x8/xx", "128x128x8/8x8/db/db", "128x128x8/8x8/w4/w8", "128x128x8/8x8/w3", "64x64x8/4x4/w32"):
         with pytest.raises(RlxError, match="matmul_tile"):
             api.parse_tile(bad)
     assert api.parse_tile("128x128x16/8x8/w8/db") == api.TILES["128x128x16/8x8/db/w8"]
+    assert str(api.parse_tile("128x128x16/8x8/p/db")) == "128x128x16/8x8/db/p"
     g = Graph("big")
     a = g.input("a", (512, 64))
     b = g.input("b", (64, 512))

@@ -11,10 +11,12 @@ vec4s (neighbouring invocations read neighbouring vec4s: no bank conflicts) for
 and the workgroup arrays are nested (``[buffer][k][vec4]``) so that the one dynamic index
 of a read is loop-invariant (naga's bounds clamp on it is computed once, not per read).
 The next slice is fetched from global memory into registers while the current one is
-multiplied. Options, in the tile's name ``BMxBNxBK/TMxTN[/db][/wX]``:
+multiplied. Options, in the tile's name ``BMxBNxBK/TMxTN[/db][/p][/wX]``:
 
 * ``/db``: two workgroup buffers, the fetched slice stored into the other one: one
   barrier per slice instead of two;
+* ``/p``: each k of As padded by one vec4, so that the transposing stores of neighbouring
+  invocations (4 rows' k, k+4, k+8, ...) fall into different banks;
 * ``/wX``: each 32-invocation subgroup covers ``X x 32/X`` invocations of the tile (e.g.
   8x4) instead of ``LX`` columns of consecutive rows, so that its reads touch fewer
   distinct vec4s of As and Bs.
@@ -41,7 +43,7 @@ from .base import KernelContext, generator
 from .reduce import acc_type, row_kernel
 from .wgsl import grid, ravel, shader, strides, u32, unravel
 
-__all__ = ["Tile", "TILES", "DEFAULT_TILE", "pick_tile", "parse_tile", "matmul_source"]
+__all__ = ["Tile", "TILES", "DEFAULT_TILES", "pick_tile", "parse_tile", "matmul_source"]
 
 SUBGROUP = 32  # invocations a /wX tile arranges as X x 32/X (NVIDIA's warp; any size is correct)
 
@@ -54,6 +56,7 @@ class Tile:
     tm: int  # rows per invocation (multiple of 4)
     tn: int  # columns per invocation (multiple of 4)
     db: bool = False  # double-buffered workgroup tiles
+    pad: bool = False  # As padded by one vec4 per k
     warp: int = 0     # /wX: columns of invocations per subgroup (0: whole rows of the tile)
 
     @property
@@ -71,11 +74,11 @@ class Tile:
     @property
     def workgroup_bytes(self) -> int:
         """Workgroup memory of the A and B slices (4-byte accumulator elements)."""
-        return (2 if self.db else 1) * self.bk * (self.bm + self.bn) * 4
+        return (2 if self.db else 1) * self.bk * (self.bm + 4 * self.pad + self.bn) * 4
 
     def __str__(self) -> str:
         return (f"{self.bm}x{self.bn}x{self.bk}/{self.tm}x{self.tn}" + ("/db" if self.db else "")
-                + (f"/w{self.warp}" if self.warp else ""))
+                + ("/p" if self.pad else "") + (f"/w{self.warp}" if self.warp else ""))
 
 
 def parse_tile(text: str) -> Tile:
@@ -83,13 +86,15 @@ def parse_tile(text: str) -> Tile:
         shape, micro, *opts = str(text).split("/")
         bm, bn, bk = (int(v) for v in shape.split("x"))
         tm, tn = (int(v) for v in micro.split("x"))
-        if any(o != "db" and not (o[:1] == "w" and o[1:].isdigit()) for o in opts) or len(set(opts)) < len(opts):
+        if any(o not in ("db", "p") and not (o[:1] == "w" and o[1:].isdigit()) for o in opts) \
+                or len({o[0] for o in opts}) < len(opts):
             raise ValueError
         warp = next((int(o[1:]) for o in opts if o[0] == "w"), 0)
     except ValueError:
         raise RlxError(f"matmul_tile must look like '128x128x16/8x8' (BMxBNxBK/TMxTN, then '/db' for double "
-                       f"buffering and '/w8' for 8x4 subgroups, optional), got {text!r}") from None
-    tile = Tile(bm, bn, bk, tm, tn, "db" in opts, warp)
+                       f"buffering, '/p' for a padded A tile and '/w8' for 8x4 subgroups, optional), "
+                       f"got {text!r}") from None
+    tile = Tile(bm, bn, bk, tm, tn, "db" in opts, "p" in opts, warp)
     if min(bm, bn, bk, tm, tn) < 1 or tm % 4 or tn % 4 or bm % tm or bn % tn or bk % 4 \
             or not 0 < tile.threads <= 256:
         raise RlxError(f"matmul_tile {text!r}: TM and TN must be multiples of 4 dividing BM and BN, BK a "
@@ -102,15 +107,15 @@ def parse_tile(text: str) -> Tile:
 
 TILES = {str(t): t for t in map(parse_tile, (
     "128x128x8/8x8", "128x128x16/8x8", "128x128x8/8x8/db", "128x128x16/8x8/db", "128x128x8/8x8/db/w8",
-    "128x128x16/8x8/db/w8", "128x64x16/8x4/db", "64x128x16/4x8/db", "64x64x16/4x4/db", "64x64x8/4x4/db",
+    "128x128x16/8x8/db/w8", "128x128x8/8x8/db/p", "128x64x16/8x4/db", "64x128x16/4x8/db", "64x64x16/4x4/db", "64x64x8/4x4/db",
     "64x64x8/4x4", "16x16x8/4x4"))}
-DEFAULT_TILE = "128x128x8/8x8/db"  # large products without a calibration: fits the spec's 16 KiB
+DEFAULT_TILES = ("128x128x8/8x8/db",)  # large products without a calibration: the first that fits
 
 
 def pick_tile(m: int, n: int, forced: str | None = None, tuned: str | None = None,
               workgroup_bytes: int | None = None) -> Tile:
     """The tile for an ``m x n`` result: ``forced`` if given; for large products the one
-    calibration found fastest on this adapter (``tuned``), else :data:`DEFAULT_TILE`;
+    calibration found fastest on this adapter (``tuned``), else the first of :data:`DEFAULT_TILES`;
     smaller tiles for smaller products. A tuned tile needing more workgroup memory than
     ``workgroup_bytes`` (the device's limit) is passed over; a forced one is an error."""
     if forced:
@@ -124,9 +129,9 @@ def pick_tile(m: int, n: int, forced: str | None = None, tuned: str | None = Non
             tile = parse_tile(tuned) if tuned else None  # a caller-supplied calibration may name any valid tile
         except RlxError:
             tile = None
-        if tile and (workgroup_bytes is None or tile.workgroup_bytes <= workgroup_bytes):
-            return tile
-        return TILES[DEFAULT_TILE]
+        fits = [t for t in [tile, *map(parse_tile, DEFAULT_TILES)]
+                if t and (workgroup_bytes is None or t.workgroup_bytes <= workgroup_bytes)]
+        return fits[0] if fits else TILES["64x64x8/4x4"]
     if m >= 64 and n >= 64:
         return TILES["64x64x8/4x4/db"]
     return TILES["16x16x8/4x4"]
@@ -218,7 +223,7 @@ def matmul_source(p: Problem, t: Tile, storage: str) -> str:
                 col = f"n0 + {u32(h * 4 * t.lx)} + tx * 4u"
                 lines += _store_c(p, vec, exact, f"acc_{g}_{i}_{h}", row, col, storage)
     buffers = 2 if t.db else 1
-    decls = (f"var<workgroup> As: array<array<array<vec4<{c}>, {t.bm // 4}>, {t.bk}>, {buffers}>;\n"
+    decls = (f"var<workgroup> As: array<array<array<vec4<{c}>, {t.bm // 4 + t.pad}>, {t.bk}>, {buffers}>;\n"
              f"var<workgroup> Bs: array<array<array<vec4<{c}>, {t.bn // 4}>, {t.bk}>, {buffers}>;\n")
     elem = f"vec4<{storage}>" if vec else storage
     return shader([("A", elem), ("B", elem), ("C", elem)], "".join(f"  {s}\n" for s in lines), t.threads, decls)
