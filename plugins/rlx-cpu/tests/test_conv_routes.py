@@ -31,14 +31,14 @@ def _force(monkeypatch, route):
     monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
 
 
-@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct"])
+@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct", "tiled"])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_route_matches_the_reference(monkeypatch, route, case):
     _force(monkeypatch, route)
     check_case(Session("cpu"), case)
 
 
-@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct"])
+@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct", "tiled"])
 def test_fused_conv_bias_relu_on_every_route(monkeypatch, route):
     _force(monkeypatch, route)
     g = Graph("conv_relu")
@@ -63,7 +63,7 @@ def test_routes_are_measured_once_and_stored(monkeypatch, stored):
     g.set_outputs([g.conv(x, g.param("w", (4, 3, 3, 3)), pads=(1, 1, 1, 1))])
     node = g.nodes[-1]
     route = conv.conv_route(node, g)
-    assert list(stored._values.values()) in ([route], ["~" + route]) and route in ("channels_last", "nchw", "direct")
+    assert list(stored._values.values()) in ([route], ["~" + route]) and route in conv.ROUTES
     monkeypatch.setattr(conv, "_fastest_route", lambda *_: pytest.fail("measured twice"))
     assert conv.conv_route(node, g) == route
 
@@ -77,7 +77,7 @@ def test_a_gemm_route_counts_with_its_two_thread_time(monkeypatch):
     def fixed(ways, control, rounds):  # what a quiet two-core machine measures for a 16->32 conv
         seen.update(ways)
         medians = {"direct": 3.0, "nchw": 4.0, "nchw openblas": 2.0, "channels_last": 5.0,
-                   "channels_last openblas": 4.5}
+                   "channels_last openblas": 4.5, "tiled": 3.5}
         return {name: [medians[name]] * rounds for name in ways}
     monkeypatch.setattr(threads, "measure", fixed)
     quiet = load.MachineLoad("/nonexistent")  # no /proc: quiet
@@ -88,7 +88,7 @@ def test_a_gemm_route_counts_with_its_two_thread_time(monkeypatch):
     geometry = conv._Geometry(g.nodes[-1], g)
     assert conv._fastest_route(geometry, geometry.routes()) == "nchw"
     assert seen["nchw"].threads == 1 and seen["nchw openblas"].threads == threads.OWN_THREADS
-    assert "direct openblas" not in seen  # no GEMM: one way
+    assert "direct openblas" not in seen and "tiled openblas" not in seen  # no GEMM: one way
     seen.clear()
     for _ in range(2):  # two stalls in quick succession: loaded, where two-thread GEMMs stall
         quiet.report_stall()

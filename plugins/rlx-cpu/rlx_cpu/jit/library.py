@@ -147,6 +147,20 @@ def im2col(x, cols, kh, kw, sh, sw, ph, pw, dh, dw, wo):
 
 
 @njit(**_OPTIONS)
+def pack_conv_weights(w, wp):
+    """``w [Co, C, kh, kw]`` into the tiled conv's ``wp [ceil(Co/16), kh, kw, C, 16]``
+    (``rlx_cpu.jit.simd``: 16 output channels contiguous per input channel and tap);
+    the lanes past Co are left as they are (zeros from the buffer's allocation)."""
+    out_c, channels, kh, kw = w.shape
+    for o in range(out_c):
+        block, lane = o // 16, o % 16
+        for c in range(channels):
+            for i in range(kh):
+                for j in range(kw):
+                    wp[block, i, j, c, lane] = w[o, c, i, j]
+
+
+@njit(**_OPTIONS)
 def pad2d(x, xp, top, left):
     """``x [C, H, W]`` into ``xp [C, Hp, Wp]`` at row ``top``, column ``left``; zeros around."""
     channels, height, width = x.shape

@@ -12,6 +12,13 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
 * ``direct`` -- a generated numba kernel (``codegen.direct_conv_source``) over a padded
   copy of the image, straight into the output: no column matrix at all. Unit strides,
   one group. It wins where im2col + GEMM are inefficient: few input channels.
+* ``tiled`` -- a generated numba kernel with explicit 16-float vectors
+  (``rlx_cpu.jit.simd``) over a padded copy of the image: tiles of 16-32 output channels
+  by 8-16 output columns stay in registers over every tap and input channel (input
+  elements broadcast, weights packed as ``[Co/16, kh, kw, C, 16]`` once for constant
+  weights, else by one call per run), written channels last like ``channels_last``'s
+  result. float32, one group, any strides and dilations; about 200-270 GFLOP/s on one
+  core of this machine against the direct kernel's 100.
 
 ``conv_route`` times the eligible routes once per geometry and dtype on sample data
 (GEMM routes on one BLAS thread and on two, each route followed by the pass that
@@ -31,6 +38,7 @@ from rlx_core import DType, Graph, Node, Shape
 from ..cache import Decisions
 from ..jit import generated_kernel, library, specialize
 from ..jit.codegen import direct_conv_source, pool_source
+from ..jit.simd import LANES, tiled_conv_source
 from ..planner import choice
 from ..timing import interleaved_times
 from . import Bound, Call, kernel
@@ -38,7 +46,8 @@ from . import Bound, Call, kernel
 __all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES"]
 
 _FAST = frozenset({DType.F32, DType.F64})
-ROUTES = ("pointwise", "channels_last", "nchw", "direct")
+ROUTES = ("pointwise", "channels_last", "nchw", "direct", "tiled")
+_CHANNELS_LAST = frozenset({"channels_last", "tiled"})  # routes leaving an [N, Ho*Wo, Co] result in scratch
 _DIRECT_MAX_TAPS = 49  # the direct kernel writes every tap out: keep its code small
 _DIRECT_BLOCK_TAPS = 25  # up to this many taps, two output channels share each input load
 _decisions = Decisions()
@@ -64,6 +73,17 @@ class _Geometry:
         self.dtype = node.shape.dtype
 
     @property
+    def out_blocks(self) -> int:
+        """Blocks of 16 output channels (the tiled route's result rounds Co up to them)."""
+        return -(-self.out_channels // LANES)
+
+    def tile(self) -> tuple[int, int, int]:
+        """The tiled route's ``(blocks, positions, tail)``: two 16-channel blocks by 8
+        columns (16 accumulators) where there are two blocks, else one by 16."""
+        blocks, positions = (2, 8) if self.out_blocks >= 2 else (1, 16)
+        return blocks, positions, self.out_hw[1] % positions
+
+    @property
     def padded(self) -> tuple[int, int, int]:
         """The padded image ``[C, H + pads, W + pads]`` the direct route reads."""
         c, h, w = self.image
@@ -82,6 +102,8 @@ class _Geometry:
         routes = ["channels_last", "nchw"]
         if self.strides == (1, 1) and self.kernel[0] * self.kernel[1] <= _DIRECT_MAX_TAPS:
             routes.append("direct")
+        if self.dtype is DType.F32:
+            routes.append("tiled")
         return routes
 
     def key(self) -> str:
@@ -102,7 +124,7 @@ def conv_route(node: Node, graph: Graph) -> str:
 def result_in_scratch(node: Node, graph: Graph) -> bool:
     """Whether ``conv_calls`` leaves the result in its scratch (channels last) rather
     than in ``out``."""
-    return node.shape.dtype in _FAST and conv_route(node, graph) == "channels_last"
+    return node.shape.dtype in _FAST and conv_route(node, graph) in _CHANNELS_LAST
 
 
 def conv_scratch(node: Node, graph: Graph) -> list[Shape]:
@@ -115,8 +137,11 @@ def conv_scratch(node: Node, graph: Graph) -> list[Shape]:
 
 def _scratch_dims(geometry: _Geometry, route: str, batch: int) -> list[Shape]:
     dtype = geometry.dtype
+    padded = [Shape(geometry.padded, dtype)] if any(geometry.pads) else []
     if route == "direct":
-        return [Shape(geometry.padded, dtype)] if any(geometry.pads) else []
+        return padded
+    if route == "tiled":  # the padded image also holds a copy of an input that is not C-contiguous
+        return [Shape(geometry.padded, dtype), Shape((batch, geometry.columns()[1], geometry.out_blocks * LANES), dtype)]
     if route == "pointwise":
         return []
     scratch = [Shape(geometry.columns(), dtype)]
@@ -135,17 +160,22 @@ def conv_calls(node: Node, graph: Graph, x: np.ndarray, w: np.ndarray, out: np.n
     """Calls computing ``conv(x, w)`` (no bias), and the array that then holds it: a
     view of the scratch (``result_in_scratch``) or ``out``."""
     geometry = _Geometry(node, graph)
+    fixed = graph.nodes[node.inputs[1].node].kind == "constant"
     return _route_calls(geometry, conv_route(node, graph), _image_rows(x), _image_rows(w), out, scratch,
-                        node.shape.dims)
+                        node.shape.dims, fixed)
 
 
 def _route_calls(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray, out: np.ndarray | None,
-                 scratch: list[np.ndarray], dims: tuple[int, ...]) -> tuple[list[Call], np.ndarray]:
+                 scratch: list[np.ndarray], dims: tuple[int, ...], fixed_weights: bool = False
+                 ) -> tuple[list[Call], np.ndarray]:
     n, groups, co = x4.shape[0], geometry.groups, geometry.out_channels
     positions = geometry.columns()[1]
     out4 = _image_rows(out) if out is not None else None
     if route == "direct":
         return _direct_calls(geometry, x4, w4, out4, scratch), out
+    if route == "tiled":
+        calls = _tiled_calls(geometry, x4, w4, scratch, fixed_weights)
+        return calls, np.reshape(scratch[-1][:, :, :co].transpose(0, 2, 1), dims, copy=False)
     weights = np.reshape(w4, (groups, co // groups, -1), copy=False)
     c_group = x4.shape[1] // groups
     if route == "pointwise":
@@ -187,6 +217,30 @@ def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.
             image = scratch[0]
         args = (image, w4, out4[i])
         calls.append(Call(specialize(direct, *args), args))
+    return calls
+
+
+def _tiled_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, scratch: list[np.ndarray],
+                 fixed_weights: bool) -> list[Call]:
+    """Pack the weights (now if they are constant, else by a call each run), then per image:
+    pad, and the tiled kernel into the channels-last result ``scratch[-1]``."""
+    kh, kw = geometry.kernel
+    packed = np.zeros((geometry.out_blocks, kh, kw, x4.shape[1], LANES), np.float32)  # lanes past Co stay 0
+    pack = specialize(library().pack_conv_weights, w4, packed)
+    calls = [] if fixed_weights else [Call(pack, (w4, packed))]
+    if fixed_weights:
+        pack(w4, packed)
+    tiled = generated_kernel(tiled_conv_source(*geometry.tile()))
+    (sh, sw), (dh, dw), top, left = geometry.strides, geometry.dilations, *geometry.pads[:2]
+    results = scratch[-1]
+    for i in range(x4.shape[0]):
+        image = x4[i]
+        if any(geometry.pads) or not image.flags.c_contiguous:
+            pad_args = (image, scratch[0], top, left)
+            calls.append(Call(specialize(library().pad2d, *pad_args), pad_args))
+            image = scratch[0]
+        args = (image, packed, results[i].reshape(geometry.out_hw + (results.shape[2],)), sh, sw, dh, dw)
+        calls.append(Call(specialize(tiled, *args), args))
     return calls
 
 

@@ -1,0 +1,137 @@
+"""The tiled convolution route (``rlx_cpu.jit.simd``) against the reference interpreter:
+geometries where its tiles do not divide the output (channel counts that are no multiple
+of 16, rows that are no multiple of the tile's columns), padding, strides, dilations,
+1-D, batches, constant weights (packed once) and params (packed each run), inputs that
+are views, and conv/relu/pool/add chains. The route is forced wherever it applies."""
+import numpy as np
+import pytest
+
+from rlx_core import Graph, Session, evaluate
+from rlx_core.testing.compare import assert_close
+
+from rlx_cpu.jit import generated_kernel, specialize
+from rlx_cpu.jit.simd import tiled_conv_source
+from rlx_cpu.kernels import conv
+
+
+@pytest.fixture(autouse=True)
+def tiled(monkeypatch):
+    """Every conv with a tiled route takes it (stored nowhere)."""
+    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: "tiled" if "tiled" in routes else routes[0])
+    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
+    monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
+
+
+def _check(g: Graph, params: dict, inputs: dict, routes: int):
+    compiled = Session("cpu").compile(g)
+    compiled.set_params(params)
+    convs = [n for n in g.nodes if n.kind == "conv"]
+    assert sum(conv.conv_route(n, g) == "tiled" for n in convs) == routes
+    expected = evaluate(g, inputs, params)
+    for _ in range(2):  # a second run reuses packed weights and scratch
+        for got, want in zip(compiled.run(inputs), expected):
+            assert_close(got, want, "f32")
+
+
+def _rand(rng, *dims):
+    return rng.standard_normal(dims).astype(np.float32)
+
+
+GEOMETRIES = [  # (batch, C, H, W, Co, kernel, strides, pads, dilations)
+    (1, 3, 20, 21, 16, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # one block, a 16-column tile + 5 left over
+    (2, 5, 11, 13, 37, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),  # 3 blocks (a pair + one), 37 of 48 lanes used
+    (1, 16, 9, 19, 32, (3, 3), (2, 2), (0, 1, 2, 1), (1, 1)),  # strides, asymmetric pads
+    (1, 7, 15, 17, 20, (5, 3), (1, 2), (2, 1, 2, 1), (2, 3)),  # dilations, a 5x3 kernel
+    (1, 33, 8, 8, 65, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),  # strided 1x1 (no pointwise route)
+    (1, 4, 6, 6, 9, (6, 6), (1, 1), (0, 0, 0, 0), (1, 1)),  # kernel = input: one output
+]
+
+
+@pytest.mark.parametrize("batch,c,h,w,co,kernel,strides,pads,dilations", GEOMETRIES)
+def test_geometries(batch, c, h, w, co, kernel, strides, pads, dilations):
+    rng = np.random.default_rng(0)
+    g = Graph("conv")
+    x = g.input("x", (batch, c, h, w))
+    g.set_outputs([g.conv(x, g.param("w", (co, c) + kernel), g.param("b", (co,)), strides=strides, pads=pads,
+                          dilations=dilations)])
+    _check(g, {"w": _rand(rng, co, c, *kernel), "b": _rand(rng, co)}, {"x": _rand(rng, batch, c, h, w)}, 1)
+
+
+def test_one_dimensional_conv():
+    rng = np.random.default_rng(1)
+    g = Graph("conv1d")
+    x = g.input("x", (2, 6, 29))
+    g.set_outputs([g.conv(x, g.param("w", (18, 6, 4)), strides=(2,), pads=(3, 1), dilations=(2,))])
+    _check(g, {"w": _rand(rng, 18, 6, 4)}, {"x": _rand(rng, 2, 6, 29)}, 1)
+
+
+def test_constant_weights_are_packed_once():
+    rng = np.random.default_rng(2)
+    weights = _rand(rng, 24, 3, 3, 3)
+    g = Graph("conv_const")
+    x = g.input("x", (1, 3, 12, 12))
+    g.set_outputs([g.relu(g.conv(x, g.constant(weights), pads=1))])
+    compiled = Session("cpu").compile(g)
+    calls = [c for s in compiled.executable._runs._planned(lambda c: c)[0:] for c in s[1]]
+    assert not any(getattr(c.fn, "__name__", "") == "pack_conv_weights" for c in calls)
+    _check(g, {}, {"x": _rand(rng, 1, 3, 12, 12)}, 1)
+
+
+def test_new_params_reach_the_packed_weights():
+    rng = np.random.default_rng(3)
+    g = Graph("conv")
+    x = g.input("x", (1, 4, 10, 10))
+    g.set_outputs([g.conv(x, g.param("w", (20, 4, 3, 3)), pads=1)])
+    compiled = Session("cpu").compile(g)
+    inputs = {"x": _rand(rng, 1, 4, 10, 10)}
+    for _ in range(2):
+        params = {"w": _rand(rng, 20, 4, 3, 3)}
+        compiled.set_params(params)
+        assert_close(compiled.run(inputs)[0], evaluate(g, inputs, params)[0], "f32")
+
+
+def test_input_that_is_a_transposed_view():
+    rng = np.random.default_rng(4)
+    g = Graph("conv_view")
+    x = g.input("x", (1, 9, 8, 5))
+    xt = g.transpose(x, (0, 1, 3, 2))  # [1, 9, 5, 8], a view: not C-contiguous
+    g.set_outputs([g.conv(xt, g.param("w", (17, 9, 1, 3)))])
+    _check(g, {"w": _rand(rng, 17, 9, 1, 3)}, {"x": _rand(rng, 1, 9, 8, 5)}, 1)
+
+
+def test_conv_relu_pool_add_chain():
+    """Consecutive tiled convs with the epilogues, pooling and a residual add between."""
+    rng = np.random.default_rng(5)
+    g = Graph("chain")
+    x = g.input("x", (2, 3, 18, 18))
+    params = {}
+
+    def p(name, *dims):
+        params[name] = _rand(rng, *dims) * 0.3
+        return g.param(name, dims)
+    h = g.relu(g.conv(x, p("w1", 19, 3, 3, 3), p("b1", 19), pads=1))
+    h = g.pool2d(h, "max", 2)
+    r = g.relu(g.conv(h, p("w2", 19, 19, 3, 3), p("b2", 19), pads=1))
+    h = g.add(h, r)
+    h = g.pool2d(g.conv(h, p("w3", 40, 19, 3, 3), pads=(0, 1, 2, 1), strides=(1, 2)), "avg", 2)
+    g.set_outputs([g.mean(g.relu(h), axes=(2, 3)), h])
+    _check(g, params, {"x": _rand(rng, 2, 3, 18, 18)}, 3)
+
+
+@pytest.mark.parametrize("blocks,positions", [(1, 16), (2, 8), (2, 3)])
+def test_kernel_tiles_and_tails(blocks, positions):
+    """The generated kernel alone, for every tile shape and each tail width."""
+    rng = np.random.default_rng(6)
+    xp = _rand(rng, 6, 9, 23)
+    w = _rand(rng, 40, 6, 2, 3)
+    packed = np.zeros((3, 2, 3, 6, 16), np.float32)
+    for o in range(40):
+        packed[o // 16, :, :, :, o % 16] = w[o].transpose(1, 2, 0)
+    for wo in range(1, 22):
+        y = np.zeros((8, wo, 48), np.float32)
+        args = (xp, packed, y, 1, 1, 1, 1)
+        specialize(generated_kernel(tiled_conv_source(blocks, positions, wo % positions)), *args)(*args)
+        want = sum(np.einsum("chw,oc->hwo", xp[:, i:i + 8, j:j + wo], w[:, :, i, j]) for i in range(2)
+                   for j in range(3))
+        np.testing.assert_allclose(y[:, :, :40], want, rtol=1e-4, atol=1e-4)
+        assert not y[:, :, 40:].any()  # the zero-padded lanes
