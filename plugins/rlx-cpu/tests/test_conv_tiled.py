@@ -1,4 +1,5 @@
-"""The tiled convolution route (``rlx_cpu.jit.simd``) against the reference interpreter:
+"""The SIMD convolution routes ``tiled`` and ``rows`` (``rlx_cpu.jit.simd``) against the
+reference interpreter:
 geometries where its tiles do not divide the output (channel counts that are no multiple
 of 16, rows that are no multiple of the tile's columns), padding, strides, dilations,
 1-D, batches, constant weights (packed once) and params (packed each run), inputs that
@@ -10,23 +11,26 @@ from rlx_core import Graph, Session, evaluate
 from rlx_core.testing.compare import assert_close
 
 from rlx_cpu.jit import generated_kernel, specialize
-from rlx_cpu.jit.simd import tiled_conv_source
+from rlx_cpu.jit.simd import rows_conv_source, tiled_conv_source
 from rlx_cpu.kernels import conv
 
 
-@pytest.fixture(autouse=True)
-def tiled(monkeypatch):
-    """Every conv with a tiled route takes it (stored nowhere)."""
-    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: "tiled" if "tiled" in routes else routes[0])
+@pytest.fixture(params=["tiled", "rows"])
+def route(request, monkeypatch):
+    """Every conv offering the route takes it (stored nowhere)."""
+    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: request.param if request.param in routes
+                        else routes[0])
     monkeypatch.setattr(conv._decisions, "get", lambda key: None)
     monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
+    return request.param
 
 
-def _check(g: Graph, params: dict, inputs: dict, routes: int):
+def _check(g: Graph, params: dict, inputs: dict):
     compiled = Session("cpu").compile(g)
     compiled.set_params(params)
-    convs = [n for n in g.nodes if n.kind == "conv"]
-    assert sum(conv.conv_route(n, g) == "tiled" for n in convs) == routes
+    for n in (n for n in g.nodes if n.kind == "conv"):  # taken wherever offered (rows: unit column stride)
+        route = conv.conv_route(n, g)
+        assert route in ("tiled", "rows") or route == conv._Geometry(n, g).routes()[0]
     expected = evaluate(g, inputs, params)
     for _ in range(2):  # a second run reuses packed weights and scratch
         for got, want in zip(compiled.run(inputs), expected):
@@ -48,24 +52,24 @@ GEOMETRIES = [  # (batch, C, H, W, Co, kernel, strides, pads, dilations)
 
 
 @pytest.mark.parametrize("batch,c,h,w,co,kernel,strides,pads,dilations", GEOMETRIES)
-def test_geometries(batch, c, h, w, co, kernel, strides, pads, dilations):
+def test_geometries(route, batch, c, h, w, co, kernel, strides, pads, dilations):
     rng = np.random.default_rng(0)
     g = Graph("conv")
     x = g.input("x", (batch, c, h, w))
     g.set_outputs([g.conv(x, g.param("w", (co, c) + kernel), g.param("b", (co,)), strides=strides, pads=pads,
                           dilations=dilations)])
-    _check(g, {"w": _rand(rng, co, c, *kernel), "b": _rand(rng, co)}, {"x": _rand(rng, batch, c, h, w)}, 1)
+    _check(g, {"w": _rand(rng, co, c, *kernel), "b": _rand(rng, co)}, {"x": _rand(rng, batch, c, h, w)})
 
 
-def test_one_dimensional_conv():
+def test_one_dimensional_conv(route):
     rng = np.random.default_rng(1)
     g = Graph("conv1d")
     x = g.input("x", (2, 6, 29))
     g.set_outputs([g.conv(x, g.param("w", (18, 6, 4)), strides=(2,), pads=(3, 1), dilations=(2,))])
-    _check(g, {"w": _rand(rng, 18, 6, 4)}, {"x": _rand(rng, 2, 6, 29)}, 1)
+    _check(g, {"w": _rand(rng, 18, 6, 4)}, {"x": _rand(rng, 2, 6, 29)})
 
 
-def test_constant_weights_are_packed_once():
+def test_constant_weights_are_packed_once(route):
     rng = np.random.default_rng(2)
     weights = _rand(rng, 24, 3, 3, 3)
     g = Graph("conv_const")
@@ -74,10 +78,10 @@ def test_constant_weights_are_packed_once():
     compiled = Session("cpu").compile(g)
     calls = [c for s in compiled.executable._runs._planned(lambda c: c)[0:] for c in s[1]]
     assert not any(getattr(c.fn, "__name__", "") == "pack_conv_weights" for c in calls)
-    _check(g, {}, {"x": _rand(rng, 1, 3, 12, 12)}, 1)
+    _check(g, {}, {"x": _rand(rng, 1, 3, 12, 12)})
 
 
-def test_new_params_reach_the_packed_weights():
+def test_new_params_reach_the_packed_weights(route):
     rng = np.random.default_rng(3)
     g = Graph("conv")
     x = g.input("x", (1, 4, 10, 10))
@@ -90,16 +94,16 @@ def test_new_params_reach_the_packed_weights():
         assert_close(compiled.run(inputs)[0], evaluate(g, inputs, params)[0], "f32")
 
 
-def test_input_that_is_a_transposed_view():
+def test_input_that_is_a_transposed_view(route):
     rng = np.random.default_rng(4)
     g = Graph("conv_view")
     x = g.input("x", (1, 9, 8, 5))
     xt = g.transpose(x, (0, 1, 3, 2))  # [1, 9, 5, 8], a view: not C-contiguous
     g.set_outputs([g.conv(xt, g.param("w", (17, 9, 1, 3)))])
-    _check(g, {"w": _rand(rng, 17, 9, 1, 3)}, {"x": _rand(rng, 1, 9, 8, 5)}, 1)
+    _check(g, {"w": _rand(rng, 17, 9, 1, 3)}, {"x": _rand(rng, 1, 9, 8, 5)})
 
 
-def test_conv_relu_pool_add_chain():
+def test_conv_relu_pool_add_chain(route):
     """Consecutive tiled convs with the epilogues, pooling and a residual add between."""
     rng = np.random.default_rng(5)
     g = Graph("chain")
@@ -115,12 +119,12 @@ def test_conv_relu_pool_add_chain():
     h = g.add(h, r)
     h = g.pool2d(g.conv(h, p("w3", 40, 19, 3, 3), pads=(0, 1, 2, 1), strides=(1, 2)), "avg", 2)
     g.set_outputs([g.mean(g.relu(h), axes=(2, 3)), h])
-    _check(g, params, {"x": _rand(rng, 2, 3, 18, 18)}, 3)
+    _check(g, params, {"x": _rand(rng, 2, 3, 18, 18)})
 
 
 @pytest.mark.parametrize("blocks,positions", [(1, 16), (2, 8), (2, 3)])
-def test_kernel_tiles_and_tails(blocks, positions):
-    """The generated kernel alone, for every tile shape and each tail width."""
+def test_tiled_kernel_tiles_and_tails(blocks, positions):
+    """The generated tiled kernel alone, for every tile shape and each tail width."""
     rng = np.random.default_rng(6)
     xp = _rand(rng, 6, 9, 23)
     w = _rand(rng, 40, 6, 2, 3)
@@ -135,3 +139,22 @@ def test_kernel_tiles_and_tails(blocks, positions):
                    for j in range(3))
         np.testing.assert_allclose(y[:, :, :40], want, rtol=1e-4, atol=1e-4)
         assert not y[:, :, 40:].any()  # the zero-padded lanes
+
+
+@pytest.mark.parametrize("channels,rows", [(8, 2), (8, 1), (5, 3)])
+def test_rows_kernel_tiles_and_masks(channels, rows):
+    """The generated rows kernel alone: row lengths with a masked last tile, output heights
+    where the last tile's rows overlap, a channel count not a multiple of the tile."""
+    rng = np.random.default_rng(7)
+    xp = _rand(rng, 6, 12, 40)
+    w = _rand(rng, 11, 6, 2, 3)
+    packed = np.zeros((-(-11 // channels), 2, 3, 6, channels), np.float32)
+    for o in range(11):
+        packed[o // channels, :, :, :, o % channels] = w[o].transpose(1, 2, 0)
+    for ho, wo in [(rows, 1), (rows + 1, 15), (7, 16), (9, 17), (11, 33), (5, 38)]:
+        y = np.full((11, ho, wo), np.nan, np.float32)
+        args = (xp, packed, y, 1, 1, 1)
+        specialize(generated_kernel(rows_conv_source(channels, rows)), *args)(*args)
+        want = sum(np.einsum("chw,oc->ohw", xp[:, i:i + ho, j:j + wo], w[:, :, i, j]) for i in range(2)
+                   for j in range(3))
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

@@ -148,12 +148,13 @@ def im2col(x, cols, kh, kw, sh, sw, ph, pw, dh, dw, wo):
 
 @njit(**_OPTIONS)
 def pack_conv_weights(w, wp):
-    """``w [Co, C, kh, kw]`` into the tiled conv's ``wp [ceil(Co/16), kh, kw, C, 16]``
-    (``rlx_cpu.jit.simd``: 16 output channels contiguous per input channel and tap);
+    """``w [Co, C, kh, kw]`` into the SIMD convs' ``wp [ceil(Co/L), kh, kw, C, L]``
+    (``rlx_cpu.jit.simd``: L output channels contiguous per input channel and tap);
     the lanes past Co are left as they are (zeros from the buffer's allocation)."""
     out_c, channels, kh, kw = w.shape
+    lanes = wp.shape[4]
     for o in range(out_c):
-        block, lane = o // 16, o % 16
+        block, lane = o // lanes, o % lanes
         for c in range(channels):
             for i in range(kh):
                 for j in range(kw):

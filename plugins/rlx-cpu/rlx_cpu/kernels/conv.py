@@ -19,6 +19,11 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
   weights, else by one call per run), written channels last like ``channels_last``'s
   result. float32, one group, any strides and dilations; about 200-270 GFLOP/s on one
   core of this machine against the direct kernel's 100.
+* ``rows`` -- the same register tiling vectorized along the output row instead
+  (``simd.rows_conv_source``): 8 output channels by 2 rows by 16 columns, input rows
+  loaded as vectors (the row's last tile masked), weights packed ``[Co/8, kh, kw, C, 8]``
+  and broadcast, written straight into the NCHW output: no transposition. float32, one
+  group, unit column stride; 220-260 GFLOP/s on one core here.
 
 ``conv_route`` times the eligible routes once per geometry and dtype on sample data
 (GEMM routes on one BLAS thread and on two, each route followed by the pass that
@@ -38,7 +43,7 @@ from rlx_core import DType, Graph, Node, Shape
 from ..cache import Decisions
 from ..jit import generated_kernel, library, specialize
 from ..jit.codegen import direct_conv_source, pool_source
-from ..jit.simd import LANES, tiled_conv_source
+from ..jit.simd import LANES, rows_conv_source, tiled_conv_source
 from ..planner import choice
 from ..timing import interleaved_times
 from . import Bound, Call, kernel
@@ -46,7 +51,8 @@ from . import Bound, Call, kernel
 __all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES"]
 
 _FAST = frozenset({DType.F32, DType.F64})
-ROUTES = ("pointwise", "channels_last", "nchw", "direct", "tiled")
+ROUTES = ("pointwise", "channels_last", "nchw", "direct", "tiled", "rows")
+_ROWS_CHANNELS = 8  # output channels per tile of the rows route
 _CHANNELS_LAST = frozenset({"channels_last", "tiled"})  # routes leaving an [N, Ho*Wo, Co] result in scratch
 _DIRECT_MAX_TAPS = 49  # the direct kernel writes every tap out: keep its code small
 _DIRECT_BLOCK_TAPS = 25  # up to this many taps, two output channels share each input load
@@ -104,11 +110,15 @@ class _Geometry:
             routes.append("direct")
         if self.dtype is DType.F32:
             routes.append("tiled")
+            if self.strides[1] == 1:
+                routes.append("rows")
         return routes
 
     def key(self) -> str:
+        """The stored choice's key: the geometry and the routes it was chosen among (a
+        choice made before a route existed is measured again)."""
         text = repr((self.image, self.kernel, self.strides, self.pads, self.dilations, self.groups,
-                     self.out_channels, self.dtype.name))
+                     self.out_channels, self.dtype.name, tuple(self.routes())))
         return "conv:" + hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -140,7 +150,9 @@ def _scratch_dims(geometry: _Geometry, route: str, batch: int) -> list[Shape]:
     padded = [Shape(geometry.padded, dtype)] if any(geometry.pads) else []
     if route == "direct":
         return padded
-    if route == "tiled":  # the padded image also holds a copy of an input that is not C-contiguous
+    if route == "rows":  # the padded image also holds a copy of an input that is not C-contiguous
+        return [Shape(geometry.padded, dtype)]
+    if route == "tiled":
         return [Shape(geometry.padded, dtype), Shape((batch, geometry.columns()[1], geometry.out_blocks * LANES), dtype)]
     if route == "pointwise":
         return []
@@ -173,6 +185,8 @@ def _route_calls(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray
     out4 = _image_rows(out) if out is not None else None
     if route == "direct":
         return _direct_calls(geometry, x4, w4, out4, scratch), out
+    if route == "rows":
+        return _rows_calls(geometry, x4, w4, out4, scratch, fixed_weights), out
     if route == "tiled":
         calls = _tiled_calls(geometry, x4, w4, scratch, fixed_weights)
         return calls, np.reshape(scratch[-1][:, :, :co].transpose(0, 2, 1), dims, copy=False)
@@ -220,27 +234,53 @@ def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.
     return calls
 
 
-def _tiled_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, scratch: list[np.ndarray],
-                 fixed_weights: bool) -> list[Call]:
-    """Pack the weights (now if they are constant, else by a call each run), then per image:
-    pad, and the tiled kernel into the channels-last result ``scratch[-1]``."""
-    kh, kw = geometry.kernel
-    packed = np.zeros((geometry.out_blocks, kh, kw, x4.shape[1], LANES), np.float32)  # lanes past Co stay 0
+def _packed(geometry: _Geometry, w4: np.ndarray, lanes: int, fixed_weights: bool) -> tuple[np.ndarray, list[Call]]:
+    """The weights packed ``[ceil(Co/lanes), kh, kw, C, lanes]`` (lanes past Co zero), and
+    the call that packs them each run: none for constant weights, packed now."""
+    packed = np.zeros((-(-geometry.out_channels // lanes),) + geometry.kernel + (w4.shape[1], lanes), np.float32)
     pack = specialize(library().pack_conv_weights, w4, packed)
-    calls = [] if fixed_weights else [Call(pack, (w4, packed))]
     if fixed_weights:
         pack(w4, packed)
-    tiled = generated_kernel(tiled_conv_source(*geometry.tile()))
-    (sh, sw), (dh, dw), top, left = geometry.strides, geometry.dilations, *geometry.pads[:2]
-    results = scratch[-1]
+        return packed, []
+    return packed, [Call(pack, (w4, packed))]
+
+
+def _padded_images(geometry: _Geometry, x4: np.ndarray, scratch: list[np.ndarray]):
+    """``(calls, image)`` per image: the image, or its padded copy in ``scratch[0]`` (also
+    made where it has no padding but is not C-contiguous: the kernels read it flat)."""
+    top, left = geometry.pads[:2]
     for i in range(x4.shape[0]):
         image = x4[i]
         if any(geometry.pads) or not image.flags.c_contiguous:
             pad_args = (image, scratch[0], top, left)
-            calls.append(Call(specialize(library().pad2d, *pad_args), pad_args))
-            image = scratch[0]
+            yield [Call(specialize(library().pad2d, *pad_args), pad_args)], scratch[0]
+        else:
+            yield [], image
+
+
+def _tiled_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, scratch: list[np.ndarray],
+                 fixed_weights: bool) -> list[Call]:
+    """Pack the weights (now if they are constant, else by a call each run), then per image:
+    pad, and the tiled kernel into the channels-last result ``scratch[-1]``."""
+    packed, calls = _packed(geometry, w4, LANES, fixed_weights)
+    tiled = generated_kernel(tiled_conv_source(*geometry.tile()))
+    (sh, sw), (dh, dw) = geometry.strides, geometry.dilations
+    results = scratch[-1]
+    for i, (pad, image) in enumerate(_padded_images(geometry, x4, scratch)):
         args = (image, packed, results[i].reshape(geometry.out_hw + (results.shape[2],)), sh, sw, dh, dw)
-        calls.append(Call(specialize(tiled, *args), args))
+        calls += pad + [Call(specialize(tiled, *args), args)]
+    return calls
+
+
+def _rows_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scratch: list[np.ndarray],
+                fixed_weights: bool) -> list[Call]:
+    """Pack the weights, then per image: pad, and the rows kernel straight into ``out4``."""
+    packed, calls = _packed(geometry, w4, _ROWS_CHANNELS, fixed_weights)
+    rows = generated_kernel(rows_conv_source(_ROWS_CHANNELS, min(2, geometry.out_hw[0])))
+    sh, (dh, dw) = geometry.strides[0], geometry.dilations
+    for i, (pad, image) in enumerate(_padded_images(geometry, x4, scratch)):
+        args = (image, packed, out4[i], sh, dh, dw)
+        calls += pad + [Call(specialize(rows, *args), args)]
     return calls
 
 
