@@ -162,6 +162,20 @@ def pack_conv_weights(w, wp):
 
 
 @njit(**_OPTIONS)
+def repack_conv_weights(w, seen, wp):
+    """``pack_conv_weights(w, wp)`` if ``w`` differs from ``seen`` (its copy from the last
+    pack; NaN weights always differ), keeping the new copy: params change rarely, and
+    comparing two contiguous arrays costs a fraction of the scattered writes of a pack."""
+    flat, last = w.reshape(-1), seen.reshape(-1)
+    changed = False
+    for i in range(flat.shape[0]):
+        changed |= flat[i] != last[i]
+    if changed:
+        last[:] = flat
+        pack_conv_weights(w, wp)
+
+
+@njit(**_OPTIONS)
 def pad2d(x, xp, top, left):
     """``x [C, H, W]`` into ``xp [C, Hp, Wp]`` at row ``top``, column ``left``; zeros around."""
     channels, height, width = x.shape

@@ -236,13 +236,15 @@ def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.
 
 def _packed(geometry: _Geometry, w4: np.ndarray, lanes: int, fixed_weights: bool) -> tuple[np.ndarray, list[Call]]:
     """The weights packed ``[ceil(Co/lanes), kh, kw, C, lanes]`` (lanes past Co zero), and
-    the call that packs them each run: none for constant weights, packed now."""
+    the call that packs them again in a run where they changed: none for constant
+    weights, packed now."""
     packed = np.zeros((-(-geometry.out_channels // lanes),) + geometry.kernel + (w4.shape[1], lanes), np.float32)
-    pack = specialize(library().pack_conv_weights, w4, packed)
     if fixed_weights:
-        pack(w4, packed)
+        specialize(library().pack_conv_weights, w4, packed)(w4, packed)
         return packed, []
-    return packed, [Call(pack, (w4, packed))]
+    seen = np.full(w4.shape, np.nan, np.float32)  # differs from any weights: the first run packs
+    args = (w4, seen, packed)
+    return packed, [Call(specialize(library().repack_conv_weights, *args), args)]
 
 
 def _padded_images(geometry: _Geometry, x4: np.ndarray, scratch: list[np.ndarray]):
