@@ -10,7 +10,7 @@ from rlx_core import CompileOptions, DType, Graph, Session, evaluate, models
 from rlx_core.testing.compare import assert_close
 
 from rlx_cpu.kernels import fused
-from rlx_cpu.schedule import FUSED
+from rlx_cpu.schedule import FUSED, MAX_GROUP_NODES
 
 UNFUSED = CompileOptions(backend={"fusion": False})
 
@@ -125,6 +125,17 @@ def test_norm_prologues_over_several_axes_and_strided_inputs(kind):
     assert (FUSED, None, kind, 2) in _kinds(exe)
 
 
+def test_matmul_activation_norm_computed_in_the_norms_output():
+    """matmul -> tanh -> layer_norm with no bias: the kernel reads only the norm's own
+    output (where the matmul wrote), and its parameter list is still valid Python."""
+    rng = np.random.default_rng(7)
+    g = Graph("head")
+    x, w, gamma = g.input("x", (4, 6)), g.param("w", (6, 5)), g.param("gamma", (5,))
+    g.set_outputs([g.layer_norm(g.tanh(x @ w), gamma, eps=1e-5)])
+    exe = _check(g, {"x": _rand(rng, (4, 6))}, {"w": _rand(rng, (6, 5)), "gamma": _rand(rng, (5,))})
+    assert _kinds(exe) == [(FUSED, "matmul", "layer_norm", 1)]
+
+
 def test_attention_masks_and_grouped_heads():
     rng = np.random.default_rng(4)
     for kwargs in ({"mask": "causal"}, {"mask": "sliding", "window": 2}, {"softcap": 3.0}):
@@ -132,6 +143,32 @@ def test_attention_masks_and_grouped_heads():
         q, k, v = g.input("q", (2, 4, 5, 8)), g.input("k", (2, 2, 7, 8)), g.input("v", (2, 2, 7, 6))
         g.set_outputs([g.attention(q, k, v, **kwargs)])
         _check(g, {n: _rand(rng, s) for n, s in (("q", (2, 4, 5, 8)), ("k", (2, 2, 7, 8)), ("v", (2, 2, 7, 6)))})
+
+
+def test_a_chain_longer_than_the_cap_is_several_kernels():
+    """Past MAX_GROUP_NODES elementwise nodes a chain goes on in a new kernel; chunks
+    computing the same ops are one generated kernel, compiled once."""
+    g = Graph("long")
+    y = g.input("x", (3, 5))
+    for i in range(2 * MAX_GROUP_NODES + 10):
+        y = g.add(y, 0.25) if i % 2 else g.mul(y, 0.999)
+    g.set_outputs([y])
+    exe = _check(g, {"x": _rand(np.random.default_rng(5), (3, 5))})
+    assert _kinds(exe) == [(FUSED, None, None, MAX_GROUP_NODES)] * 2 + [(FUSED, None, None, 10)]
+    fns = [call.fn for _, calls in exe._calls(exe._bind_views(exe._buffers)) for call in calls]
+    assert fns[0] is fns[1] and fns[1] is not fns[2]
+
+
+def test_a_norm_whose_gamma_depends_on_the_group_stays_apart():
+    """Merging the norm into the group that computes its gamma would be a cycle."""
+    rng = np.random.default_rng(6)
+    g = Graph("gamma_cycle")
+    x, r = g.input("x", (4, 6)), g.input("r", (4, 6))
+    h = x + r
+    gamma = g.exp(h.sum(axes=(0,))) * 0.5
+    g.set_outputs([g.layer_norm(h, gamma, eps=1e-5)])
+    exe = _check(g, {"x": _rand(rng, (4, 6)), "r": _rand(rng, (4, 6))})
+    assert not any(s.norm for s in exe.steps)
 
 
 def test_a_group_is_one_kernel_wherever_it_appears():

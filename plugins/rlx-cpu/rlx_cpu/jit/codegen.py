@@ -45,6 +45,7 @@ from rlx_cpu.jit.scalar import maximum, minimum, trunc_div
 _DECORATOR = '@njit(cache=True, nogil=True, error_model="numpy")'
 # Row sums may be reordered (LLVM then vectorizes them); no other fast-math assumption.
 _ROWS_DECORATOR = '@njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})'
+_NORM_PARAMS = ["gamma", "beta", "buf", "eps", "y"]  # a rows kernel's last parameters
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ def rows_source(program: Program, operands: tuple[Operand, ...], lead: int, trai
     centered = f"(buf[{col}] - mean)" if norm == "layer_norm" else f"buf[{col}]"
     head, indent = _loop_nest(idx[:lead], extents[:lead], "    ")
     lines = [_ROWS_DECORATOR,
-             f"def kernel({', '.join(_params(operands) + program.packs + stored)}, gamma, beta, buf, eps, y):",
+             f"def kernel({', '.join(_params(operands) + program.packs + stored + _NORM_PARAMS)}):",
              f"    {', '.join(extents)}, = y.shape",
              f"    inv_cols = 1.0 / max({' * '.join(extents[lead:]) or '1'}, 1)"] + head
     lines += [indent + "total = 0.0"]
