@@ -144,17 +144,22 @@ def test_tiled_kernel_tiles_and_tails(blocks, positions):
 @pytest.mark.parametrize("channels,rows", [(8, 2), (8, 1), (5, 3)])
 def test_rows_kernel_tiles_and_masks(channels, rows):
     """The generated rows kernel alone: row lengths with a masked last tile, output heights
-    where the last tile's rows overlap, a channel count not a multiple of the tile."""
+    where the last tile's rows overlap, a channel count not a multiple of the tile,
+    padding read as masked-off lanes (outputs reaching past the image's end too)."""
     rng = np.random.default_rng(7)
     xp = _rand(rng, 6, 12, 40)
     w = _rand(rng, 11, 6, 2, 3)
     packed = np.zeros((-(-11 // channels), 2, 3, 6, channels), np.float32)
     for o in range(11):
         packed[o // channels, :, :, :, o % channels] = w[o].transpose(1, 2, 0)
-    for ho, wo in [(rows, 1), (rows + 1, 15), (7, 16), (9, 17), (11, 33), (5, 38)]:
-        y = np.full((11, ho, wo), np.nan, np.float32)
-        args = (xp, packed, y, 1, 1, 1)
-        specialize(generated_kernel(rows_conv_source(channels, rows)), *args)(*args)
-        want = sum(np.einsum("chw,oc->ohw", xp[:, i:i + ho, j:j + wo], w[:, :, i, j]) for i in range(2)
-                   for j in range(3))
-        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    padded = np.zeros((6, 12 + 10, 40 + 11), np.float32)  # the padding: 2 rows on top, 3 columns left, more past the end
+    padded[:, 2:14, 3:43] = xp
+    for ho, wo in [(rows, 1), (rows + 1, 15), (7, 16), (9, 17), (11, 33), (5, 38), (16, 44)]:
+        for top, left in [(0, 0), (2, 3)]:
+            y = np.full((11, ho, wo), np.nan, np.float32)
+            args = (xp, packed, y, 1, 1, 1, top, left)
+            specialize(generated_kernel(rows_conv_source(channels, rows)), *args)(*args)
+            src = padded[:, 2 - top:, 3 - left:]
+            want = sum(np.einsum("chw,oc->ohw", src[:, i:i + ho, j:j + wo], w[:, :, i, j]) for i in range(2)
+                       for j in range(3))
+            np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)

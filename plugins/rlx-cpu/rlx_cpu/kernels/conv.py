@@ -150,8 +150,8 @@ def _scratch_dims(geometry: _Geometry, route: str, batch: int) -> list[Shape]:
     padded = [Shape(geometry.padded, dtype)] if any(geometry.pads) else []
     if route == "direct":
         return padded
-    if route == "rows":  # the padded image also holds a copy of an input that is not C-contiguous
-        return [Shape(geometry.padded, dtype)]
+    if route == "rows":  # reads the padding as masked-off lanes; copies an input that is not C-contiguous
+        return [Shape(geometry.image, dtype)]
     if route == "tiled":
         return [Shape(geometry.padded, dtype), Shape((batch, geometry.columns()[1], geometry.out_blocks * LANES), dtype)]
     if route == "pointwise":
@@ -276,13 +276,18 @@ def _tiled_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, scratch: l
 
 def _rows_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scratch: list[np.ndarray],
                 fixed_weights: bool) -> list[Call]:
-    """Pack the weights, then per image: pad, and the rows kernel straight into ``out4``."""
+    """Pack the weights, then per image the rows kernel straight into ``out4`` (on a
+    C-contiguous copy of an image that is not)."""
     packed, calls = _packed(geometry, w4, _ROWS_CHANNELS, fixed_weights)
     rows = generated_kernel(rows_conv_source(_ROWS_CHANNELS, min(2, geometry.out_hw[0])))
-    sh, (dh, dw) = geometry.strides[0], geometry.dilations
-    for i, (pad, image) in enumerate(_padded_images(geometry, x4, scratch)):
-        args = (image, packed, out4[i], sh, dh, dw)
-        calls += pad + [Call(specialize(rows, *args), args)]
+    sh, (dh, dw), (top, left) = geometry.strides[0], geometry.dilations, geometry.pads[:2]
+    for i in range(x4.shape[0]):
+        image = x4[i]
+        if not image.flags.c_contiguous:
+            calls.append(Call(np.copyto, (scratch[0], image)))
+            image = scratch[0]
+        args = (image, packed, out4[i], sh, dh, dw, top, left)
+        calls.append(Call(specialize(rows, *args), args))
     return calls
 
 
