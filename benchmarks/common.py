@@ -209,6 +209,18 @@ def per_device(devices: str, bench: Callable[[str], dict], label: str) -> tuple[
     return rows, skipped
 
 
+def report_per_device(name: str, output: "str | None", text: str, rows: list[dict], skipped: dict[str, str],
+                      **extra: Any) -> None:
+    """Print a :func:`per_device` benchmark's table and what was skipped, then write its
+    results to ``output`` (a .json path) or ``results/<name>_<host>.json`` (with ``extra``)."""
+    print(text)
+    for device, why in skipped.items():
+        print(f"skipped {device}: {why}")
+    host = platform.node().split(".")[0] or "host"
+    write_results(Path(output) if output else f"{name}_{host}",
+                  {"machine": machine(), "results": rows, "skipped": skipped, **extra}, text)
+
+
 def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

@@ -24,14 +24,13 @@ split on rlx-tpu and rlx-wgpu. The workload is the b1 transformer block of
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (interleaved_times, machine, markdown_table, paired_ratio, per_device,  # noqa: E402
-                    use_checkout, write_results)
+from common import (interleaved_times, markdown_table, paired_ratio, per_device,  # noqa: E402
+                    report_per_device, use_checkout)
 
 use_checkout()
 
@@ -103,12 +102,7 @@ def main(argv=None) -> int:
     text = (f"Run-path split, b1 transformer block (seq {args.seq}, d_model {args.d_model}), median of "
             f"{args.rounds} interleaved rounds: full run() with numpy in/out vs the compiled work alone on "
             f"inputs already on the device.\n\n" + table)
-    print(text)
-    for device, why in skipped.items():
-        print(f"skipped {device}: {why}")
-    host = platform.node().split(".")[0] or "host"
-    write_results(Path(args.output) if args.output else f"run_split_{host}",
-                  {"machine": machine(), "results": rows, "skipped": skipped}, text)
+    report_per_device("run_split", args.output, text, rows, skipped)
     return 0 if rows else 1
 
 

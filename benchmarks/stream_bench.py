@@ -23,15 +23,14 @@ shows what the handle costs. Results: ``benchmarks/results/stream_<host>.json`` 
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (interleaved_times, machine, markdown_table, paired_ratio, per_device,  # noqa: E402
-                    use_checkout, write_results)
+from common import (interleaved_times, markdown_table, paired_ratio, per_device,  # noqa: E402
+                    report_per_device, use_checkout)
 
 use_checkout()
 
@@ -99,12 +98,7 @@ def main(argv=None) -> int:
     text = (f"N={args.n} submits back to back vs N sequential runs, b1 transformer block "
             f"(seq {args.seq}, d_model {args.d_model}), median of {args.rounds} interleaved rounds; "
             f"target >= {TARGET}x on the H200 (cuda, tpu).\n\n" + table)
-    print(text)
-    for device, why in skipped.items():
-        print(f"skipped {device}: {why}")
-    host = platform.node().split(".")[0] or "host"
-    write_results(Path(args.output) if args.output else f"stream_{host}",
-                  {"machine": machine(), "results": rows, "skipped": skipped, "target": TARGET}, text)
+    report_per_device("stream", args.output, text, rows, skipped, target=TARGET)
     return 0 if not any(r["meets_target"] is False for r in rows) else 1
 
 
