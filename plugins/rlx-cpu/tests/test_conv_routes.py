@@ -31,14 +31,14 @@ def _force(monkeypatch, route):
     monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
 
 
-@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct", "tiled", "rows"])
+@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct", "tiled", "rows", "rows2"])
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_route_matches_the_reference(monkeypatch, route, case):
     _force(monkeypatch, route)
     check_case(Session("cpu"), case)
 
 
-@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct", "tiled", "rows"])
+@pytest.mark.parametrize("route", ["channels_last", "nchw", "direct", "tiled", "rows", "rows2"])
 def test_fused_conv_bias_relu_on_every_route(monkeypatch, route):
     _force(monkeypatch, route)
     g = Graph("conv_relu")
@@ -77,7 +77,7 @@ def test_a_gemm_route_counts_with_its_two_thread_time(monkeypatch):
     def fixed(ways, control, rounds):  # what a quiet two-core machine measures for a 16->32 conv
         seen.update(ways)
         medians = {"direct": 3.0, "nchw": 4.0, "nchw openblas": 2.0, "channels_last": 5.0,
-                   "channels_last openblas": 4.5, "tiled": 3.5, "rows": 3.5}
+                   "channels_last openblas": 4.5, "tiled": 3.5, "rows": 3.5, "rows2": 3.5}
         return {name: [medians[name]] * rounds for name in ways}
     monkeypatch.setattr(threads, "measure", fixed)
     quiet = load.MachineLoad("/nonexistent")  # no /proc: quiet

@@ -15,7 +15,7 @@ from rlx_cpu.jit.simd import rows_conv_source, tiled_conv_source
 from rlx_cpu.kernels import conv
 
 
-@pytest.fixture(params=["tiled", "rows"])
+@pytest.fixture(params=["tiled", "rows", "rows2"])
 def route(request, monkeypatch):
     """Every conv offering the route takes it (stored nowhere)."""
     monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: request.param if request.param in routes
@@ -30,7 +30,7 @@ def _check(g: Graph, params: dict, inputs: dict):
     compiled.set_params(params)
     for n in (n for n in g.nodes if n.kind == "conv"):  # taken wherever offered (rows: unit column stride)
         route = conv.conv_route(n, g)
-        assert route in ("tiled", "rows") or route == conv._Geometry(n, g).routes()[0]
+        assert route in ("tiled", "rows", "rows2") or route == conv._Geometry(n, g).routes()[0]
     expected = evaluate(g, inputs, params)
     for _ in range(2):  # a second run reuses packed weights and scratch
         for got, want in zip(compiled.run(inputs), expected):
@@ -141,8 +141,8 @@ def test_tiled_kernel_tiles_and_tails(blocks, positions):
         assert not y[:, :, 40:].any()  # the zero-padded lanes
 
 
-@pytest.mark.parametrize("channels,rows", [(8, 2), (8, 1), (5, 3)])
-def test_rows_kernel_tiles_and_masks(channels, rows):
+@pytest.mark.parametrize("channels,rows,parallel", [(8, 2, False), (8, 1, False), (5, 3, False), (8, 2, True)])
+def test_rows_kernel_tiles_and_masks(channels, rows, parallel):
     """The generated rows kernel alone: row lengths with a masked last tile, output heights
     where the last tile's rows overlap, a channel count not a multiple of the tile,
     padding read as masked-off lanes (outputs reaching past the image's end too)."""
@@ -157,9 +157,35 @@ def test_rows_kernel_tiles_and_masks(channels, rows):
     for ho, wo in [(rows, 1), (rows + 1, 15), (7, 16), (9, 17), (11, 33), (5, 38), (16, 44)]:
         for top, left in [(0, 0), (2, 3)]:
             y = np.full((11, ho, wo), np.nan, np.float32)
-            args = (xp, packed, y, 1, 1, 1, top, left)
-            specialize(generated_kernel(rows_conv_source(channels, rows)), *args)(*args)
+            args = (xp, packed, y, 1, 1, 1, top, left, 0, packed.shape[0])
+            specialize(generated_kernel(rows_conv_source(channels, rows, parallel)), *args)(*args)
             src = padded[:, 2 - top:, 3 - left:]
             want = sum(np.einsum("chw,oc->ohw", src[:, i:i + ho, j:j + wo], w[:, :, i, j]) for i in range(2)
                        for j in range(3))
             np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+class _Load:
+    def __init__(self, state):
+        self.state_now, self.stalls = state, 0
+
+    def state(self):
+        return self.state_now
+
+    def report_stall(self):
+        self.stalls += 1
+
+
+def test_two_cores_only_while_quiet_and_slow_runs_reported():
+    from rlx_cpu.load import LOADED, QUIET
+    ran = []
+    call = conv._WhileQuiet(lambda *a: ran.append(("serial", a)), lambda *a: ran.append(("both", a)), 1.0)
+    call._load = _Load(QUIET)
+    call(1, 2)
+    call._load.state_now = LOADED
+    call(3)
+    assert ran == [("both", (1, 2)), ("serial", (3,))] and call._load.stalls == 0
+    call = conv._WhileQuiet(None, lambda *a: __import__("time").sleep(0.01), 0.001)
+    call._load = _Load(QUIET)
+    call()
+    assert call._load.stalls == 1

@@ -24,6 +24,12 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
   loaded as vectors (the row's last tile masked), weights packed ``[Co/8, kh, kw, C, 8]``
   and broadcast, written straight into the NCHW output: no transposition. float32, one
   group, unit column stride; 220-260 GFLOP/s on one core here.
+* ``rows2`` -- ``rows`` with its channel blocks split between numba's two threads
+  (OpenMP) while the machine is quiet (``rlx_cpu.load``), on one thread while it is
+  loaded: a parallel region's barrier waits for a descheduled thread (8 ms at the 90th
+  percentile with other work on the machine), as OpenBLAS's threads do. A run that takes
+  far longer than its estimate reports a stall. OpenMP's workers spin between regions
+  (a sleeping helper thread takes 20-35 us to wake on this VM: more than it saves).
 
 ``conv_route`` times the eligible routes once per geometry and dtype on sample data
 (GEMM routes on one BLAS thread and on two, each route followed by the pass that
@@ -35,6 +41,7 @@ if the machine was not known to be quiet).
 from __future__ import annotations
 
 import hashlib
+import time
 
 import numpy as np
 
@@ -51,7 +58,7 @@ from . import Bound, Call, kernel
 __all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES"]
 
 _FAST = frozenset({DType.F32, DType.F64})
-ROUTES = ("pointwise", "channels_last", "nchw", "direct", "tiled", "rows")
+ROUTES = ("pointwise", "channels_last", "nchw", "direct", "tiled", "rows", "rows2")
 _ROWS_CHANNELS = 8  # output channels per tile of the rows route
 _CHANNELS_LAST = frozenset({"channels_last", "tiled"})  # routes leaving an [N, Ho*Wo, Co] result in scratch
 _DIRECT_MAX_TAPS = 49  # the direct kernel writes every tap out: keep its code small
@@ -111,7 +118,7 @@ class _Geometry:
         if self.dtype is DType.F32:
             routes.append("tiled")
             if self.strides[1] == 1:
-                routes.append("rows")
+                routes += ["rows", "rows2"]
         return routes
 
     def key(self) -> str:
@@ -150,7 +157,7 @@ def _scratch_dims(geometry: _Geometry, route: str, batch: int) -> list[Shape]:
     padded = [Shape(geometry.padded, dtype)] if any(geometry.pads) else []
     if route == "direct":
         return padded
-    if route == "rows":  # reads the padding as masked-off lanes; copies an input that is not C-contiguous
+    if route in ("rows", "rows2"):  # reads the padding as masked-off lanes; copies an input that is not C-contiguous
         return [Shape(geometry.image, dtype)]
     if route == "tiled":
         return [Shape(geometry.padded, dtype), Shape((batch, geometry.columns()[1], geometry.out_blocks * LANES), dtype)]
@@ -185,8 +192,8 @@ def _route_calls(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray
     out4 = _image_rows(out) if out is not None else None
     if route == "direct":
         return _direct_calls(geometry, x4, w4, out4, scratch), out
-    if route == "rows":
-        return _rows_calls(geometry, x4, w4, out4, scratch, fixed_weights), out
+    if route in ("rows", "rows2"):
+        return _rows_calls(geometry, x4, w4, out4, scratch, fixed_weights, route == "rows2"), out
     if route == "tiled":
         calls = _tiled_calls(geometry, x4, w4, scratch, fixed_weights)
         return calls, np.reshape(scratch[-1][:, :, :co].transpose(0, 2, 1), dims, copy=False)
@@ -275,20 +282,55 @@ def _tiled_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, scratch: l
 
 
 def _rows_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scratch: list[np.ndarray],
-                fixed_weights: bool) -> list[Call]:
+                fixed_weights: bool, two_cores: bool = False) -> list[Call]:
     """Pack the weights, then per image the rows kernel straight into ``out4`` (on a
-    C-contiguous copy of an image that is not)."""
+    C-contiguous copy of an image that is not); ``two_cores``: as a ``_WhileQuiet``."""
     packed, calls = _packed(geometry, w4, _ROWS_CHANNELS, fixed_weights)
-    rows = generated_kernel(rows_conv_source(_ROWS_CHANNELS, min(2, geometry.out_hw[0])))
+    tile = (_ROWS_CHANNELS, min(2, geometry.out_hw[0]))
+    rows = generated_kernel(rows_conv_source(*tile))
     sh, (dh, dw), (top, left) = geometry.strides[0], geometry.dilations, geometry.pads[:2]
     for i in range(x4.shape[0]):
         image = x4[i]
         if not image.flags.c_contiguous:
             calls.append(Call(np.copyto, (scratch[0], image)))
             image = scratch[0]
-        args = (image, packed, out4[i], sh, dh, dw, top, left)
-        calls.append(Call(specialize(rows, *args), args))
+        args = (image, packed, out4[i], sh, dh, dw, top, left, 0, packed.shape[0])
+        serial = specialize(rows, *args)
+        if two_cores:
+            both = specialize(generated_kernel(rows_conv_source(*tile, parallel=True)), *args)
+            calls.append(Call(_WhileQuiet(serial, both, _stall_limit(geometry)), args))
+        else:
+            calls.append(Call(serial, args))
     return calls
+
+
+def _stall_limit(geometry: _Geometry) -> float:
+    """Seconds beyond which a two-core conv counts as stalled: 3x its time at a low 50
+    GFLOP/s, + 1 ms (as ``threads`` limits a BLAS call)."""
+    c, _, _ = geometry.image
+    flops = 2 * geometry.out_channels * c // geometry.groups * geometry.kernel[0] * geometry.kernel[1] \
+        * geometry.out_hw[0] * geometry.out_hw[1]
+    return 3 * flops / 50e9 + 1e-3
+
+
+class _WhileQuiet:
+    """``both(*args)`` (a kernel on numba's threads) while the machine is quiet, else
+    ``serial(*args)``; a run of ``both`` over ``stall_after`` seconds is reported to
+    ``rlx_cpu.load`` (two in quick succession make the machine loaded)."""
+
+    def __init__(self, serial, both, stall_after: float):
+        from ..load import QUIET, machine_load
+        self.serial, self.both, self.stall_after = serial, both, stall_after
+        self._quiet, self._load = QUIET, machine_load()
+        self.__name__ = "rows_conv_while_quiet"
+
+    def __call__(self, *args):
+        if self._load.state() != self._quiet:
+            return self.serial(*args)
+        t0 = time.perf_counter()
+        self.both(*args)
+        if time.perf_counter() - t0 > self.stall_after:
+            self._load.report_stall()
 
 
 def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
@@ -305,9 +347,12 @@ def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
                      ).astype(dtype)
     out = np.empty((1, geometry.out_channels) + geometry.out_hw, dtype)
     control = blas_threads()
-    both = control is not None and machine_load().state() == QUIET
+    quiet = machine_load().state() == QUIET
+    both = control is not None and quiet
     ways = {}
     for route in routes:
+        if route == "rows2" and not quiet:  # it would run on one thread: as rows
+            continue
         scratch = [np.empty(s.dims, dtype) for s in _scratch_dims(geometry, route, 1)]
         calls, result = _route_calls(geometry, route, x4, w4, out, scratch, out.shape)
         finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
