@@ -157,7 +157,7 @@ def test_rows_kernel_tiles_and_masks(channels, rows, parallel):
     for ho, wo in [(rows, 1), (rows + 1, 15), (7, 16), (9, 17), (11, 33), (5, 38), (16, 44)]:
         for top, left in [(0, 0), (2, 3)]:
             y = np.full((11, ho, wo), np.nan, np.float32)
-            args = (xp, packed, y, 1, 1, 1, top, left, 0, packed.shape[0])
+            args = (xp, packed, y, 1, 1, 1, top, left, 0, packed.shape[0], np.zeros(1, np.float32))
             specialize(generated_kernel(rows_conv_source(channels, rows, parallel)), *args)(*args)
             src = padded[:, 2 - top:, 3 - left:]
             want = sum(np.einsum("chw,oc->ohw", src[:, i:i + ho, j:j + wo], w[:, :, i, j]) for i in range(2)
@@ -189,3 +189,24 @@ def test_two_cores_only_while_quiet_and_slow_runs_reported():
     call._load = _Load(QUIET)
     call()
     assert call._load.stalls == 1
+
+
+def test_conv_bias_relu_step_runs_in_the_conv_kernel(route):
+    """conv + bias + relu as one kernel call on the rows routes (the epilogue applied as
+    results are stored; a NaN stays NaN through the relu, as in the reference)."""
+    rng = np.random.default_rng(8)
+    g = Graph("conv_bias_relu")
+    x = g.input("x", (1, 4, 9, 11))
+    g.set_outputs([g.relu(g.conv(x, g.param("w", (10, 4, 3, 3)), g.param("b", (10,)), pads=1))])
+    params = {"w": _rand(rng, 10, 4, 3, 3), "b": _rand(rng, 10)}
+    inputs = {"x": _rand(rng, 1, 4, 9, 11)}
+    inputs["x"][0, 2, 4, 5] = np.nan
+    compiled = Session("cpu").compile(g)
+    compiled.set_params(params)
+    (step_label, calls), = [(label, c) for label, c in compiled.executable._runs._planned(lambda c: c) if label]
+    kernels = [c for c in calls if "pack_conv_weights" not in getattr(c.fn, "__name__", "")]
+    assert len(kernels) == (1 if route != "tiled" else 3)  # tiled: conv, then the fused bias + relu pass
+    got, want = compiled.run(inputs)[0], evaluate(g, inputs, params)[0]
+    assert np.isnan(want).any()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert_close(got, want, "f32")

@@ -45,7 +45,9 @@ import time
 
 import numpy as np
 
-from rlx_core import DType, Graph, Node, Shape
+from typing import NamedTuple
+
+from rlx_core import DType, Graph, Node, Ref, Shape
 
 from ..cache import Decisions
 from ..jit import generated_kernel, library, specialize
@@ -55,7 +57,8 @@ from ..planner import choice
 from ..timing import interleaved_times
 from . import Bound, Call, kernel
 
-__all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES"]
+__all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES", "Epilogue", "applies_epilogue",
+           "absorbed_step"]
 
 _FAST = frozenset({DType.F32, DType.F64})
 ROUTES = ("pointwise", "channels_last", "nchw", "direct", "tiled", "rows", "rows2")
@@ -175,25 +178,52 @@ def _image_rows(a: np.ndarray) -> np.ndarray:
 
 
 def conv_calls(node: Node, graph: Graph, x: np.ndarray, w: np.ndarray, out: np.ndarray | None,
-               scratch: list[np.ndarray]) -> tuple[list[Call], np.ndarray]:
-    """Calls computing ``conv(x, w)`` (no bias), and the array that then holds it: a
-    view of the scratch (``result_in_scratch``) or ``out``."""
+               scratch: list[np.ndarray], epilogue: Epilogue | None = None) -> tuple[list[Call], np.ndarray]:
+    """Calls computing ``conv(x, w)`` (no bias; with ``epilogue``, which only routes that
+    ``apply_epilogue`` take: + bias, relu), and the array that then holds it: a view of
+    the scratch (``result_in_scratch``) or ``out``."""
     geometry = _Geometry(node, graph)
     fixed = graph.nodes[node.inputs[1].node].kind == "constant"
     return _route_calls(geometry, conv_route(node, graph), _image_rows(x), _image_rows(w), out, scratch,
-                        node.shape.dims, fixed)
+                        node.shape.dims, fixed, epilogue)
+
+
+class Epilogue(NamedTuple):
+    """What a conv route applies to its results as it stores them."""
+
+    bias: np.ndarray | None  # [Co], added per channel
+    relu: bool
+
+
+_EPILOGUE_ROUTES = frozenset({"rows", "rows2"})
+
+
+def applies_epilogue(node: Node, graph: Graph) -> bool:
+    """Whether ``node``'s route applies an ``Epilogue`` itself (float32 rows routes)."""
+    return node.shape.dtype is DType.F32 and conv_route(node, graph) in _EPILOGUE_ROUTES
+
+
+def absorbed_step(step, graph: Graph) -> bool:
+    """Whether a fused step is exactly conv (+ bias) -> relu, with a route applying that
+    epilogue: the conv's kernel then computes the whole step (each result stored once,
+    by the thread that computed it)."""
+    if step.anchor is None or step.anchor.kind != "conv" or step.norm is not None or len(step.elementwise) != 1:
+        return False
+    relu = step.elementwise[0]
+    return relu.kind == "relu" and tuple(relu.inputs) == (Ref(step.anchor.id),) and \
+        tuple(step.outputs) == (Ref(relu.id),) and applies_epilogue(step.anchor, graph)
 
 
 def _route_calls(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray, out: np.ndarray | None,
-                 scratch: list[np.ndarray], dims: tuple[int, ...], fixed_weights: bool = False
-                 ) -> tuple[list[Call], np.ndarray]:
+                 scratch: list[np.ndarray], dims: tuple[int, ...], fixed_weights: bool = False,
+                 epilogue: Epilogue | None = None) -> tuple[list[Call], np.ndarray]:
     n, groups, co = x4.shape[0], geometry.groups, geometry.out_channels
     positions = geometry.columns()[1]
     out4 = _image_rows(out) if out is not None else None
     if route == "direct":
         return _direct_calls(geometry, x4, w4, out4, scratch), out
     if route in ("rows", "rows2"):
-        return _rows_calls(geometry, x4, w4, out4, scratch, fixed_weights, route == "rows2"), out
+        return _rows_calls(geometry, x4, w4, out4, scratch, fixed_weights, route == "rows2", epilogue), out
     if route == "tiled":
         calls = _tiled_calls(geometry, x4, w4, scratch, fixed_weights)
         return calls, np.reshape(scratch[-1][:, :, :co].transpose(0, 2, 1), dims, copy=False)
@@ -282,22 +312,25 @@ def _tiled_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, scratch: l
 
 
 def _rows_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scratch: list[np.ndarray],
-                fixed_weights: bool, two_cores: bool = False) -> list[Call]:
+                fixed_weights: bool, two_cores: bool = False, epilogue: Epilogue | None = None) -> list[Call]:
     """Pack the weights, then per image the rows kernel straight into ``out4`` (on a
     C-contiguous copy of an image that is not); ``two_cores``: as a ``_WhileQuiet``."""
     packed, calls = _packed(geometry, w4, _ROWS_CHANNELS, fixed_weights)
+    epilogue = epilogue or Epilogue(None, False)
+    bias = np.zeros(1, np.float32) if epilogue.bias is None else epilogue.bias.reshape(-1)
+    variant = dict(bias=epilogue.bias is not None, relu=epilogue.relu)
     tile = (_ROWS_CHANNELS, min(2, geometry.out_hw[0]))
-    rows = generated_kernel(rows_conv_source(*tile))
+    rows = generated_kernel(rows_conv_source(*tile, **variant))
     sh, (dh, dw), (top, left) = geometry.strides[0], geometry.dilations, geometry.pads[:2]
     for i in range(x4.shape[0]):
         image = x4[i]
         if not image.flags.c_contiguous:
             calls.append(Call(np.copyto, (scratch[0], image)))
             image = scratch[0]
-        args = (image, packed, out4[i], sh, dh, dw, top, left, 0, packed.shape[0])
+        args = (image, packed, out4[i], sh, dh, dw, top, left, 0, packed.shape[0], bias)
         serial = specialize(rows, *args)
         if two_cores:
-            both = specialize(generated_kernel(rows_conv_source(*tile, parallel=True)), *args)
+            both = specialize(generated_kernel(rows_conv_source(*tile, parallel=True, **variant)), *args)
             calls.append(Call(_WhileQuiet(serial, both, _stall_limit(geometry)), args))
         else:
             calls.append(Call(serial, args))
@@ -381,6 +414,8 @@ def conv_step(b: Bound):
     if node.shape.dtype not in _FAST:
         return None
     out = b.outs[0]
+    if len(b.ins) > 2 and applies_epilogue(node, b.graph):
+        return conv_calls(node, b.graph, b.ins[0], b.ins[1], out, b.scratch, Epilogue(b.ins[2], False))[0]
     calls, result = conv_calls(node, b.graph, b.ins[0], b.ins[1], out, b.scratch)
     if len(b.ins) > 2:
         bias = b.ins[2].reshape((-1,) + (1,) * (out.ndim - 2))

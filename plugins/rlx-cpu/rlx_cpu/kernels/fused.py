@@ -7,6 +7,8 @@ result into one of the step's output buffers -- the generated kernel then reads 
 overwrites it in place, element by element, reading it through the output's own name
 (a norm's kernel keeps each row in a scratch buffer, so it may overwrite its input
 too) -- or, for a channels-last conv, leaves it in its scratch for the kernel to read.
+A step that is just conv (+ bias) -> relu runs in the conv's kernel where its route
+applies that epilogue itself (``conv.absorbed_step``).
 
 Layouts: operands are broadcast to the domain, size-1 axes are dropped and adjacent
 axes merged wherever every operand's strides allow it (as numpy's iterator does), so
@@ -241,6 +243,12 @@ def fused_step(b: Bound):
         calls = direct_calls(node, [arrays[r] for r in node.inputs], b.outs[0])
         if calls is not None:
             return calls
+    from .conv import Epilogue, absorbed_step, conv_calls
+    if absorbed_step(step, graph):  # conv + bias + relu in the conv's kernel
+        anchor = step.anchor
+        bias = arrays[anchor.inputs[2]] if len(anchor.inputs) > 2 else None
+        return conv_calls(anchor, graph, arrays[anchor.inputs[0]], arrays[anchor.inputs[1]], b.outs[0], b.scratch,
+                          Epilogue(bias, True))[0]
     scratch = list(b.scratch)
     buf = scratch.pop(0) if step.norm is not None else None
     calls, anchor_result = [], None
