@@ -210,3 +210,26 @@ def test_conv_bias_relu_step_runs_in_the_conv_kernel(route):
     assert np.isnan(want).any()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     assert_close(got, want, "f32")
+
+
+def test_two_core_route_runs_on_one_thread_next_to_multithreaded_gemms(monkeypatch):
+    """rows2 is built as rows in a graph whose GEMMs OpenBLAS may thread (their spinning
+    threads stall an OpenMP region), and as rows2 where every GEMM is small."""
+    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: "rows2" if "rows2" in routes else routes[0])
+    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
+    monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
+    rng = np.random.default_rng(9)
+    for hidden, two_cores in [(8, True), (512, False)]:
+        g = Graph("conv_fc")
+        x = g.input("x", (1, 3, 16, 16))
+        h = g.relu(g.conv(x, g.param("w", (16, 3, 3, 3)), pads=1))
+        flat = g.reshape(h, (1, 16 * 16 * 16))
+        g.set_outputs([g.matmul(flat, g.param("fc", (16 * 16 * 16, hidden)))])
+        params = {"w": _rand(rng, 16, 3, 3, 3), "fc": _rand(rng, 16 * 16 * 16, hidden) * 0.01}
+        compiled = Session("cpu").compile(g)
+        compiled.set_params(params)
+        names = [getattr(c.fn, "__name__", "") for _, cs in compiled.executable._runs._planned(lambda c: c)
+                 for c in cs]
+        assert ("rows_conv_while_quiet" in names) == two_cores
+        inputs = {"x": _rand(rng, 1, 3, 16, 16)}
+        assert_close(compiled.run(inputs)[0], evaluate(g, inputs, params)[0], "f32")

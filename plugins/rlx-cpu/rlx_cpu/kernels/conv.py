@@ -56,6 +56,7 @@ from ..jit.simd import LANES, rows_conv_source, tiled_conv_source
 from ..planner import choice
 from ..timing import interleaved_times
 from . import Bound, Call, kernel
+from .linalg import OPENBLAS_SINGLE_THREADED
 
 __all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES", "Epilogue", "applies_epilogue",
            "absorbed_step"]
@@ -184,8 +185,31 @@ def conv_calls(node: Node, graph: Graph, x: np.ndarray, w: np.ndarray, out: np.n
     the scratch (``result_in_scratch``) or ``out``."""
     geometry = _Geometry(node, graph)
     fixed = graph.nodes[node.inputs[1].node].kind == "constant"
-    return _route_calls(geometry, conv_route(node, graph), _image_rows(x), _image_rows(w), out, scratch,
-                        node.shape.dims, fixed, epilogue)
+    route = conv_route(node, graph)
+    if route == "rows2" and _blas_on_several_cores(graph):  # an OpenMP region next to them stalls
+        route = "rows"
+    return _route_calls(geometry, route, _image_rows(x), _image_rows(w), out, scratch, node.shape.dims, fixed,
+                        epilogue)
+
+
+def _blas_on_several_cores(graph: Graph) -> bool:
+    """Whether a run of ``graph`` may make GEMMs OpenBLAS threads (a matmul, or a conv
+    routed through one, above OpenBLAS's one-thread size): their threads spin after a
+    call, and next to them an OpenMP region took 4-7 ms instead of 25 us (and the GEMM
+    4.5 ms instead of 0.56) on this 2-core machine."""
+    for n in graph.nodes:
+        if n.kind == "matmul" and n.shape.dtype in _FAST:
+            a, b = (graph.shape_of(r).dims for r in n.inputs)
+            rows = int(np.prod(a[:-1])) if len(b) == 2 else (a[-2] if len(a) > 1 else 1)
+            if rows * (b[-1] if len(b) > 1 else 1) * a[-1] > OPENBLAS_SINGLE_THREADED:
+                return True
+        if n.kind == "conv" and n.shape.dtype in _FAST:
+            geometry = _Geometry(n, graph)
+            if conv_route(n, graph) in ("pointwise", "channels_last", "nchw"):
+                k, positions = geometry.columns()
+                if geometry.out_channels // geometry.groups * k * positions > OPENBLAS_SINGLE_THREADED:
+                    return True
+    return False
 
 
 class Epilogue(NamedTuple):
@@ -368,11 +392,16 @@ class _WhileQuiet:
 
 def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
     """Time every route on sample data of one image, each followed by its pass into an
-    NCHW output: routes with a GEMM on one BLAS thread, and while the machine is quiet
-    also on OpenBLAS's own (a quiet machine's run may give the GEMM both cores; on a
-    loaded one they stall), each route by its faster way."""
+    NCHW output (a relu; the routes applying an epilogue apply it as they store, as in a
+    conv + relu step): routes with a GEMM on one BLAS thread, and while the machine is
+    quiet also on OpenBLAS's own (a quiet machine's run may give the GEMM both cores; on
+    a loaded one they stall), each route by its faster way. ``rows2`` is then raced
+    against ``rows`` on its own, if ``rows`` won on a quiet machine: next to OpenBLAS's
+    spinning threads an OpenMP region stalls for milliseconds (as it would in a run
+    with two-thread GEMMs, where ``rows2`` runs as ``rows``)."""
     from ..load import QUIET, machine_load
-    from ..threads import OWN_THREADS, blas_threads, measure
+    from ..planner import SETTLE_S
+    from ..threads import OWN_THREADS, blas_threads
     rng = np.random.default_rng(0)
     dtype = geometry.dtype.np
     x4 = rng.uniform(-1, 1, (1,) + geometry.image).astype(dtype)
@@ -380,31 +409,51 @@ def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
                      ).astype(dtype)
     out = np.empty((1, geometry.out_channels) + geometry.out_hw, dtype)
     control = blas_threads()
-    quiet = machine_load().state() == QUIET
-    both = control is not None and quiet
+    both = control is not None and machine_load().state() == QUIET
     ways = {}
-    for route in routes:
-        if route == "rows2" and not quiet:  # it would run on one thread: as rows
-            continue
-        scratch = [np.empty(s.dims, dtype) for s in _scratch_dims(geometry, route, 1)]
-        calls, result = _route_calls(geometry, route, x4, w4, out, scratch, out.shape)
-        finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
-        run = _sequence(calls + [finish])
+    for route in (r for r in routes if r != "rows2"):
+        calls, run = _timed_route(geometry, route, x4, w4, out)
         ways[route] = Call(run, threads=1)
         if both and any(c.fn is np.matmul for c in calls):
             ways[f"{route} openblas"] = Call(run, threads=OWN_THREADS)
+    fastest = _fastest_way(ways, control)
+    if fastest != "rows" or "rows2" not in routes or machine_load().state() != QUIET:
+        return fastest
+    if len(ways) > len(routes) - 1:  # OpenBLAS's threads ran: let them go to sleep
+        time.sleep(SETTLE_S)
+    return _fastest_way({r: Call(_timed_route(geometry, r, x4, w4, out)[1], threads=1) for r in ("rows", "rows2")},
+                        control)
+
+
+def _timed_route(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray, out: np.ndarray):
+    """A route's calls, and the function ``_fastest_route`` times: they and the pass into
+    ``out``."""
+    scratch = [np.empty(s.dims, x4.dtype) for s in _scratch_dims(geometry, route, 1)]
+    if route in _EPILOGUE_ROUTES:  # the relu as the results are stored
+        calls, _ = _route_calls(geometry, route, x4, w4, out, scratch, out.shape, epilogue=Epilogue(None, True))
+        return calls, _sequence(calls)
+    calls, result = _route_calls(geometry, route, x4, w4, out, scratch, out.shape)
+    finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
+    return calls, _sequence(calls + [finish])
+
+
+def _fastest_way(ways: dict[str, Call], control) -> str:
+    """The route of the way with the lowest median over interleaved rounds."""
+    from ..threads import measure
     if control is None:
         times = interleaved_times({name: c.fn for name, c in ways.items()}, rounds=5)
     else:
         times = measure(ways, control, rounds=5)
-    fastest = min(times, key=lambda name: float(np.median(times[name])))
-    return fastest.split()[0]
+    return min(times, key=lambda name: float(np.median(times[name]))).split()[0]
 
 
 def _sequence(calls: list[Call]):
+    """The calls, made twice: the timed second pass finds the threads a run's earlier
+    kernels keep busy (OpenMP's, OpenBLAS's) spinning, as in a run, not asleep."""
     def run():
-        for c in calls:
-            c.fn(*c.args, **c.kwargs)
+        for _ in range(2):
+            for c in calls:
+                c.fn(*c.args, **c.kwargs)
     return run
 
 
