@@ -176,19 +176,31 @@ class _Load:
         self.stalls += 1
 
 
-def test_two_cores_only_while_quiet_and_slow_runs_reported():
+def test_two_cores_only_while_quiet_and_sustained_and_slow_runs_reported(monkeypatch):
     from rlx_cpu.load import LOADED, QUIET
+    clock = [100.0]
+    monkeypatch.setattr(conv.time, "perf_counter", lambda: clock[0])
     ran = []
-    call = conv._WhileQuiet(lambda *a: ran.append(("serial", a)), lambda *a: ran.append(("both", a)), 1.0)
+    pace = conv._Sustained()
+    call = conv._WhileQuiet(lambda *a: ran.append("serial"), lambda *a: ran.append("both"), 1.0, pace)
     call._load = _Load(QUIET)
-    call(1, 2)
+    for _ in range(16):  # calls 4 ms apart: sustained from 50 ms on
+        call()
+        clock[0] += 0.004
+    assert ran == ["serial"] * 13 + ["both"] * 3
+    ran.clear()
     call._load.state_now = LOADED
-    call(3)
-    assert ran == [("both", (1, 2)), ("serial", (3,))] and call._load.stalls == 0
-    call = conv._WhileQuiet(None, lambda *a: __import__("time").sleep(0.01), 0.001)
-    call._load = _Load(QUIET)
     call()
-    assert call._load.stalls == 1
+    call._load.state_now = QUIET
+    clock[0] += 0.02  # a pause: the workers are asleep
+    call()
+    assert ran == ["serial", "serial"] and call._load.stalls == 0
+    slow = conv._WhileQuiet(None, lambda *a: clock.__setitem__(0, clock[0] + 0.01), 0.001, pace)
+    slow._load = _Load(QUIET)
+    pace.since = clock[0] - 1.0
+    pace.last = clock[0]
+    slow()
+    assert slow._load.stalls == 1
 
 
 def test_conv_bias_relu_step_runs_in_the_conv_kernel(route):

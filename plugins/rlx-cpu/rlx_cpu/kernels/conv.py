@@ -25,11 +25,13 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
   and broadcast, written straight into the NCHW output: no transposition. float32, one
   group, unit column stride; 220-260 GFLOP/s on one core here.
 * ``rows2`` -- ``rows`` with its channel blocks split between numba's two threads
-  (OpenMP) while the machine is quiet (``rlx_cpu.load``), on one thread while it is
-  loaded: a parallel region's barrier waits for a descheduled thread (8 ms at the 90th
-  percentile with other work on the machine), as OpenBLAS's threads do. A run that takes
-  far longer than its estimate reports a stall. OpenMP's workers spin between regions
-  (a sleeping helper thread takes 20-35 us to wake on this VM: more than it saves).
+  (OpenMP) while the machine is quiet (``rlx_cpu.load``) and calls come back to back
+  (``_Sustained``), else on one thread: a parallel region's barrier waits for a
+  descheduled or sleeping thread (8 ms at the 90th percentile with other work on the
+  machine; 5-8 ms for a worker asleep after 50 ms without work), as OpenBLAS's threads
+  do. A run that takes far longer than its estimate reports a stall. OpenMP's workers
+  spin between regions (a helper thread woken per call takes 20-35 us on this VM: more
+  than it saves). Built as ``rows`` in a graph with GEMMs OpenBLAS may thread.
 
 ``conv_route`` times the eligible routes once per geometry and dtype on sample data
 (GEMM routes on one BLAS thread and on two, each route followed by the pass that
@@ -370,24 +372,51 @@ def _stall_limit(geometry: _Geometry) -> float:
     return 3 * flops / 50e9 + 1e-3
 
 
-class _WhileQuiet:
-    """``both(*args)`` (a kernel on numba's threads) while the machine is quiet, else
-    ``serial(*args)``; a run of ``both`` over ``stall_after`` seconds is reported to
-    ``rlx_cpu.load`` (two in quick succession make the machine loaded)."""
+class _Sustained:
+    """When two-core conv calls came back to back (each within ``GAP_S`` of the one
+    before) for ``SUSTAINED_S``: only then are OpenMP's workers awake. A worker idle
+    longer has gone to sleep, and on this VM waking it (its vCPU halted) took 5-8 ms
+    -- 100x the conv -- while a call 10 ms after the last waited 60 us. So sparse calls
+    (a request now and then) run on one thread, loops of runs on two."""
 
-    def __init__(self, serial, both, stall_after: float):
+    GAP_S = 0.005
+    SUSTAINED_S = 0.05
+
+    def __init__(self):
+        self.last = self.since = -float("inf")
+
+    def start(self, now: float) -> bool:
+        """A call starts at ``now``: whether to run it on two cores."""
+        if now - self.last > self.GAP_S:
+            self.since = now
+        return now - self.since >= self.SUSTAINED_S
+
+
+_sustained = _Sustained()  # one OpenMP pool per process
+
+
+class _WhileQuiet:
+    """``both(*args)`` (a kernel on numba's threads) while the machine is quiet and the
+    calls are sustained (``_Sustained``), else ``serial(*args)``; a run of ``both`` over
+    ``stall_after`` seconds is reported to ``rlx_cpu.load`` (two in quick succession
+    make the machine loaded)."""
+
+    def __init__(self, serial, both, stall_after: float, pace: _Sustained = _sustained):
         from ..load import QUIET, machine_load
-        self.serial, self.both, self.stall_after = serial, both, stall_after
+        self.serial, self.both, self.stall_after, self.pace = serial, both, stall_after, pace
         self._quiet, self._load = QUIET, machine_load()
         self.__name__ = "rows_conv_while_quiet"
 
     def __call__(self, *args):
-        if self._load.state() != self._quiet:
-            return self.serial(*args)
         t0 = time.perf_counter()
-        self.both(*args)
-        if time.perf_counter() - t0 > self.stall_after:
-            self._load.report_stall()
+        if self.pace.start(t0) and self._load.state() == self._quiet:
+            self.both(*args)
+            self.pace.last = time.perf_counter()
+            if self.pace.last - t0 > self.stall_after:
+                self._load.report_stall()
+        else:
+            self.serial(*args)
+            self.pace.last = time.perf_counter()
 
 
 def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
@@ -431,6 +460,8 @@ def _timed_route(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray
     scratch = [np.empty(s.dims, x4.dtype) for s in _scratch_dims(geometry, route, 1)]
     if route in _EPILOGUE_ROUTES:  # the relu as the results are stored
         calls, _ = _route_calls(geometry, route, x4, w4, out, scratch, out.shape, epilogue=Epilogue(None, True))
+        # rows2 by its two-core kernel, as it runs in a loop of runs on a quiet machine
+        calls = [c._replace(fn=c.fn.both) if isinstance(c.fn, _WhileQuiet) else c for c in calls]
         return calls, _sequence(calls)
     calls, result = _route_calls(geometry, route, x4, w4, out, scratch, out.shape)
     finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
