@@ -157,7 +157,7 @@ def test_rows_kernel_tiles_and_masks(channels, rows, parallel):
     for ho, wo in [(rows, 1), (rows + 1, 15), (7, 16), (9, 17), (11, 33), (5, 38), (16, 44)]:
         for top, left in [(0, 0), (2, 3)]:
             y = np.full((11, ho, wo), np.nan, np.float32)
-            args = (xp, packed, y, 1, 1, 1, top, left, 0, packed.shape[0], np.zeros(1, np.float32))
+            args = (xp, packed, y, 1, 1, 1, top, left, 0, packed.shape[0], np.zeros(11, np.float32))
             specialize(generated_kernel(rows_conv_source(channels, rows, parallel)), *args)(*args)
             src = padded[:, 2 - top:, 3 - left:]
             want = sum(np.einsum("chw,oc->ohw", src[:, i:i + ho, j:j + wo], w[:, :, i, j]) for i in range(2)

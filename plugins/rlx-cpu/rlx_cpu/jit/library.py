@@ -171,7 +171,8 @@ def repack_conv_weights(w, seen, wp):
     for i in range(flat.shape[0]):
         changed |= flat[i] != last[i]
     if changed:
-        last[:] = flat
+        for i in range(flat.shape[0]):  # a loop: numba's slice assignment costs 1.5 s to compile
+            last[i] = flat[i]
         pack_conv_weights(w, wp)
 
 

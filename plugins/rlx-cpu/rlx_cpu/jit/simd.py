@@ -223,8 +223,7 @@ def tiled_conv_source(blocks: int, positions: int, tail: int = 0) -> str:
     return _HEADER + "\n".join(lines) + "\n"
 
 
-def rows_conv_source(channels: int, rows: int, parallel: bool = False, bias: bool = False, relu: bool = False
-                     ) -> str:
+def rows_conv_source(channels: int, rows: int, parallel: bool = False, relu: bool = False) -> str:
     """``kernel(x, wp, y, sh, dh, dw, top, left, first, last, b)``: the convolution of one
     image ``x [C, H, W]`` with packed weights ``wp [ceil(Co/channels), kh, kw, C,
     channels]`` into the NCHW ``y [Co, Ho, Wo]`` (unit column stride), for the output
@@ -236,9 +235,10 @@ def rows_conv_source(channels: int, rows: int, parallel: bool = False, bias: boo
     output channels by ``rows`` output rows by 16 columns, input rows loaded as vectors
     (masked: the lanes in the padding and past the row's end are zeros, not loads, so no
     padded copy is made) and weights broadcast; the result needs no transposition.
-    ``parallel``: the channel blocks split between numba's threads (``prange``); ``bias``
-    adds ``b[co]`` and ``relu`` applies a ReLU as the results are stored (the epilogue of
-    a conv + bias + relu step, applied by the thread that computed them)."""
+    ``parallel``: the channel blocks split between numba's threads (``prange``). The
+    bias ``b[co]`` (zeros for a conv without one: one kernel fewer to compile) is added
+    and, with ``relu``, a ReLU applied as the results are stored (the epilogue of a conv +
+    bias + relu step, applied by the thread that computed them)."""
     acc = [[f"a{j}_{r}" for r in range(rows)] for j in range(channels)]
     tile = [f"{a} = vzero()" for row in acc for a in row]
     tile += ["for kh in range(kh_n):"]
@@ -259,10 +259,9 @@ def rows_conv_source(channels: int, rows: int, parallel: bool = False, bias: boo
     for j in range(channels):
         co = f"cob * {channels} + {j}"
         tile.append(f"if {co} < co_n:")
-        if bias:
-            tile.append(f"    bj = vbroadcast(b, {co})")
+        tile.append(f"    bj = vbroadcast(b, {co})")
         for r in range(rows):
-            value = f"vadd({acc[j][r]}, bj)" if bias else acc[j][r]
+            value = f"vadd({acc[j][r]}, bj)"
             value = f"vrelu({value})" if relu else value
             tile.append(f"    vstore_first(yf, (({co}) * ho + oh + {r}) * wo_n + ow0, {value}, n)")
     options = "cache=True, nogil=True, error_model=\"numpy\"" + (", parallel=True" if parallel else "")

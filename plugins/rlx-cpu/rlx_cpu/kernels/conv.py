@@ -18,7 +18,9 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
   elements broadcast, weights packed as ``[Co/16, kh, kw, C, 16]`` once for constant
   weights, else by one call per run), written channels last like ``channels_last``'s
   result. float32, one group, any strides and dilations; about 200-270 GFLOP/s on one
-  core of this machine against the direct kernel's 100.
+  core of this machine against the direct kernel's 100. Offered only where ``rows`` is
+  not (a column stride above 1): it lost to ``rows`` on every unit-stride conv timed
+  here, by its transposing epilogue, and each route offered costs a kernel compile.
 * ``rows`` -- the same register tiling vectorized along the output row instead
   (``simd.rows_conv_source``): 8 output channels by 2 rows by 16 columns, input rows
   loaded as vectors (the row's last tile masked), weights packed ``[Co/8, kh, kw, C, 8]``
@@ -121,10 +123,8 @@ class _Geometry:
         routes = ["channels_last", "nchw"]
         if self.strides == (1, 1) and self.kernel[0] * self.kernel[1] <= _DIRECT_MAX_TAPS:
             routes.append("direct")
-        if self.dtype is DType.F32:
-            routes.append("tiled")
-            if self.strides[1] == 1:
-                routes += ["rows", "rows2"]
+        if self.dtype is DType.F32:  # tiled where rows cannot: it lost to rows on every unit-stride conv here
+            routes += ["rows", "rows2"] if self.strides[1] == 1 else ["tiled"]
         return routes
 
     def key(self) -> str:
@@ -343,8 +343,8 @@ def _rows_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.nd
     C-contiguous copy of an image that is not); ``two_cores``: as a ``_WhileQuiet``."""
     packed, calls = _packed(geometry, w4, _ROWS_CHANNELS, fixed_weights)
     epilogue = epilogue or Epilogue(None, False)
-    bias = np.zeros(1, np.float32) if epilogue.bias is None else epilogue.bias.reshape(-1)
-    variant = dict(bias=epilogue.bias is not None, relu=epilogue.relu)
+    bias = np.zeros(geometry.out_channels, np.float32) if epilogue.bias is None else epilogue.bias.reshape(-1)
+    variant = dict(relu=epilogue.relu)
     tile = (_ROWS_CHANNELS, min(2, geometry.out_hw[0]))
     rows = generated_kernel(rows_conv_source(*tile, **variant))
     sh, (dh, dw), (top, left) = geometry.strides[0], geometry.dilations, geometry.pads[:2]
