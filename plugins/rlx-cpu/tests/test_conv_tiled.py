@@ -245,3 +245,27 @@ def test_two_core_route_runs_on_one_thread_next_to_multithreaded_gemms(monkeypat
         assert ("rows_conv_while_quiet" in names) == two_cores
         inputs = {"x": _rand(rng, 1, 3, 16, 16)}
         assert_close(compiled.run(inputs)[0], evaluate(g, inputs, params)[0], "f32")
+
+
+def test_two_cores_are_raced_in_the_background(monkeypatch, tmp_path):
+    """Where rows wins, the compile takes it at once and asks the background planner to
+    race rows2 against it (on a quiet machine only); a stored rows2 is then used."""
+    from rlx_cpu import cache, load, planner
+    monkeypatch.setattr(cache, "kernel_dir", lambda: tmp_path)
+    monkeypatch.setattr(conv, "_decisions", cache.Decisions())
+    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: "rows")
+    requested = []
+    monkeypatch.setattr(planner.Planner, "request", lambda self, decisions, key, measure: requested.append(
+        (key, measure)))
+    g = Graph("conv")
+    x = g.input("x", (1, 8, 12, 12))
+    g.set_outputs([g.conv(x, g.param("w", (16, 8, 3, 3)), pads=1)])
+    node = g.nodes[-1]
+    assert conv.conv_route(node, g) == "rows"
+    (key, measure), = [(k, m) for k, m in requested if k.endswith(":two-cores")]
+    monkeypatch.setattr(load.MachineLoad, "state", lambda self: load.LOADED)
+    assert measure() is None  # loaded: not a clean measurement, tried again later
+    monkeypatch.setattr(load.MachineLoad, "state", lambda self: load.QUIET)
+    assert measure() in ("rows", "rows2")
+    conv._decisions.set(key, "rows2")
+    assert conv.conv_route(node, g) == "rows2"

@@ -141,7 +141,11 @@ def conv_route(node: Node, graph: Graph) -> str:
     routes = geometry.routes()
     if len(routes) == 1:
         return routes[0]
-    return choice(_decisions, geometry.key(), lambda: _fastest_route(geometry, routes), valid=routes.__contains__)
+    route = choice(_decisions, geometry.key(), lambda: _fastest_route(geometry, routes), valid=routes.__contains__)
+    if route == "rows" and "rows2" in routes:  # two cores: raced in the background, one until then
+        route = choice(_decisions, geometry.key() + ":two-cores", lambda: _two_cores(geometry),
+                       valid=("rows", "rows2").__contains__, default="rows")
+    return route
 
 
 def result_in_scratch(node: Node, graph: Graph) -> bool:
@@ -420,23 +424,15 @@ class _WhileQuiet:
 
 
 def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
-    """Time every route on sample data of one image, each followed by its pass into an
-    NCHW output (a relu; the routes applying an epilogue apply it as they store, as in a
-    conv + relu step): routes with a GEMM on one BLAS thread, and while the machine is
-    quiet also on OpenBLAS's own (a quiet machine's run may give the GEMM both cores; on
-    a loaded one they stall), each route by its faster way. ``rows2`` is then raced
-    against ``rows`` on its own, if ``rows`` won on a quiet machine: next to OpenBLAS's
-    spinning threads an OpenMP region stalls for milliseconds (as it would in a run
-    with two-thread GEMMs, where ``rows2`` runs as ``rows``)."""
+    """Time every route but ``rows2`` (``_two_cores``) on sample data of one image, each
+    followed by its pass into an NCHW output (a relu; the routes applying an epilogue
+    apply it as they store, as in a conv + relu step): routes with a GEMM on one BLAS
+    thread, and while the machine is quiet also on OpenBLAS's own (a quiet machine's run
+    may give the GEMM both cores; on a loaded one they stall), each route by its faster
+    way."""
     from ..load import QUIET, machine_load
-    from ..planner import SETTLE_S
     from ..threads import OWN_THREADS, blas_threads
-    rng = np.random.default_rng(0)
-    dtype = geometry.dtype.np
-    x4 = rng.uniform(-1, 1, (1,) + geometry.image).astype(dtype)
-    w4 = rng.uniform(-1, 1, (geometry.out_channels, geometry.image[0] // geometry.groups) + geometry.kernel
-                     ).astype(dtype)
-    out = np.empty((1, geometry.out_channels) + geometry.out_hw, dtype)
+    x4, w4, out = _samples(geometry)
     control = blas_threads()
     both = control is not None and machine_load().state() == QUIET
     ways = {}
@@ -445,13 +441,32 @@ def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
         ways[route] = Call(run, threads=1)
         if both and any(c.fn is np.matmul for c in calls):
             ways[f"{route} openblas"] = Call(run, threads=OWN_THREADS)
-    fastest = _fastest_way(ways, control)
-    if fastest != "rows" or "rows2" not in routes or machine_load().state() != QUIET:
-        return fastest
-    if len(ways) > len(routes) - 1:  # OpenBLAS's threads ran: let them go to sleep
-        time.sleep(SETTLE_S)
+    return _fastest_way(ways, control)
+
+
+def _two_cores(geometry: _Geometry) -> str | None:
+    """``rows2`` or ``rows``, raced on their own on a quiet machine (None on a loaded
+    one: not a clean measurement). A background measurement (``rlx_cpu.planner``): the
+    two-core kernel's compile (1.5 s) stays out of a compile, and next to OpenBLAS's
+    spinning threads (a foreground measurement's other routes) an OpenMP region stalls
+    for milliseconds."""
+    from ..load import QUIET, machine_load
+    from ..threads import blas_threads
+    if machine_load().state() != QUIET:
+        return None
+    x4, w4, out = _samples(geometry)
     return _fastest_way({r: Call(_timed_route(geometry, r, x4, w4, out)[1], threads=1) for r in ("rows", "rows2")},
-                        control)
+                        blas_threads())
+
+
+def _samples(geometry: _Geometry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Input, weights and output of one image to time routes on."""
+    rng = np.random.default_rng(0)
+    dtype = geometry.dtype.np
+    x4 = rng.uniform(-1, 1, (1,) + geometry.image).astype(dtype)
+    w4 = rng.uniform(-1, 1, (geometry.out_channels, geometry.image[0] // geometry.groups) + geometry.kernel
+                     ).astype(dtype)
+    return x4, w4, np.empty((1, geometry.out_channels) + geometry.out_hw, dtype)
 
 
 def _timed_route(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray, out: np.ndarray):
