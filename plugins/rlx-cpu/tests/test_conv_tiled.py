@@ -269,3 +269,22 @@ def test_two_cores_are_raced_in_the_background(monkeypatch, tmp_path):
     assert measure() in ("rows", "rows2")
     conv._decisions.set(key, "rows2")
     assert conv.conv_route(node, g) == "rows2"
+
+
+@pytest.mark.parametrize("kernel,pads,dilations", [((3, 3), (1, 1, 1, 1), (1, 1)), ((5, 2), (2, 0, 1, 1), (2, 3))])
+def test_float64_takes_the_direct_route(monkeypatch, kernel, pads, dilations):
+    """float64 has no SIMD route: the direct kernel (unit strides) against the reference."""
+    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: "direct")
+    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
+    monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
+    rng = np.random.default_rng(10)
+    g = Graph("conv64")
+    x = g.input("x", (2, 5, 11, 13), "f64")
+    g.set_outputs([g.relu(g.conv(x, g.param("w", (6, 5) + kernel, "f64"), g.param("b", (6,), "f64"), pads=pads,
+                                 dilations=dilations))])
+    params = {"w": rng.standard_normal((6, 5) + kernel), "b": rng.standard_normal(6)}
+    inputs = {"x": rng.standard_normal((2, 5, 11, 13))}
+    compiled = Session("cpu").compile(g)
+    compiled.set_params(params)
+    assert "direct" in conv._Geometry(g.nodes[-2], g).routes() and conv.conv_route(g.nodes[-2], g) == "direct"
+    assert_close(compiled.run(inputs)[0], evaluate(g, inputs, params)[0], "f64")
