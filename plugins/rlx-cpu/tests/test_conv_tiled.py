@@ -12,16 +12,19 @@ from rlx_core.testing.compare import assert_close
 
 from rlx_cpu.jit import generated_kernel, specialize
 from rlx_cpu.jit.simd import rows_conv_source, tiled_conv_source
-from rlx_cpu.kernels import conv
+from rlx_cpu.kernels import conv, conv_simd
+
+
+def _force(monkeypatch, route):
+    """Every conv offering ``route`` takes it, the others their first route (stored nowhere)."""
+    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: route if route in routes else routes[0])
+    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
+    monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
 
 
 @pytest.fixture(params=["tiled", "rows", "rows2"])
 def route(request, monkeypatch):
-    """Every conv offering the route takes it (stored nowhere)."""
-    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: request.param if request.param in routes
-                        else routes[0])
-    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
-    monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
+    _force(monkeypatch, request.param)
     return request.param
 
 
@@ -152,7 +155,7 @@ def test_rows_kernel_tiles_and_masks(channels, rows, parallel):
     packed = np.zeros((-(-11 // channels), 2, 3, 6, channels), np.float32)
     for o in range(11):
         packed[o // channels, :, :, :, o % channels] = w[o].transpose(1, 2, 0)
-    padded = np.zeros((6, 12 + 10, 40 + 11), np.float32)  # the padding: 2 rows on top, 3 columns left, more past the end
+    padded = np.zeros((6, 12 + 10, 40 + 11), np.float32)  # 2 rows on top, 3 columns left, more past the end
     padded[:, 2:14, 3:43] = xp
     for ho, wo in [(rows, 1), (rows + 1, 15), (7, 16), (9, 17), (11, 33), (5, 38), (16, 44)]:
         for top, left in [(0, 0), (2, 3)]:
@@ -179,10 +182,10 @@ class _Load:
 def test_two_cores_only_while_quiet_and_sustained_and_slow_runs_reported(monkeypatch):
     from rlx_cpu.load import LOADED, QUIET
     clock = [100.0]
-    monkeypatch.setattr(conv.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(conv_simd.time, "perf_counter", lambda: clock[0])
     ran = []
-    pace = conv._Sustained()
-    call = conv._WhileQuiet(lambda *a: ran.append("serial"), lambda *a: ran.append("both"), 1.0, pace)
+    pace = conv_simd.Sustained()
+    call = conv_simd.WhileQuiet(lambda *a: ran.append("serial"), lambda *a: ran.append("both"), 1.0, pace)
     call._load = _Load(QUIET)
     for _ in range(16):  # calls 4 ms apart: sustained from 50 ms on
         call()
@@ -195,7 +198,7 @@ def test_two_cores_only_while_quiet_and_sustained_and_slow_runs_reported(monkeyp
     clock[0] += 0.02  # a pause: the workers are asleep
     call()
     assert ran == ["serial", "serial"] and call._load.stalls == 0
-    slow = conv._WhileQuiet(None, lambda *a: clock.__setitem__(0, clock[0] + 0.01), 0.001, pace)
+    slow = conv_simd.WhileQuiet(None, lambda *a: clock.__setitem__(0, clock[0] + 0.01), 0.001, pace)
     slow._load = _Load(QUIET)
     pace.since = clock[0] - 1.0
     pace.last = clock[0]
@@ -227,9 +230,7 @@ def test_conv_bias_relu_step_runs_in_the_conv_kernel(route):
 def test_two_core_route_runs_on_one_thread_next_to_multithreaded_gemms(monkeypatch):
     """rows2 is built as rows in a graph whose GEMMs OpenBLAS may thread (their spinning
     threads stall an OpenMP region), and as rows2 where every GEMM is small."""
-    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: "rows2" if "rows2" in routes else routes[0])
-    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
-    monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
+    _force(monkeypatch, "rows2")
     rng = np.random.default_rng(9)
     for hidden, two_cores in [(8, True), (512, False)]:
         g = Graph("conv_fc")
@@ -274,9 +275,7 @@ def test_two_cores_are_raced_in_the_background(monkeypatch, tmp_path):
 @pytest.mark.parametrize("kernel,pads,dilations", [((3, 3), (1, 1, 1, 1), (1, 1)), ((5, 2), (2, 0, 1, 1), (2, 3))])
 def test_float64_takes_the_direct_route(monkeypatch, kernel, pads, dilations):
     """float64 has no SIMD route: the direct kernel (unit strides) against the reference."""
-    monkeypatch.setattr(conv, "_fastest_route", lambda geometry, routes: "direct")
-    monkeypatch.setattr(conv._decisions, "get", lambda key: None)
-    monkeypatch.setattr(conv._decisions, "set", lambda key, value, provisional=False: None)
+    _force(monkeypatch, "direct")
     rng = np.random.default_rng(10)
     g = Graph("conv64")
     x = g.input("x", (2, 5, 11, 13), "f64")

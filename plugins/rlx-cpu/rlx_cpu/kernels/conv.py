@@ -30,7 +30,7 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
   group, unit column stride; 220-260 GFLOP/s on one core here.
 * ``rows2`` -- ``rows`` with its channel blocks split between numba's two threads
   (OpenMP) while the machine is quiet (``rlx_cpu.load``) and calls come back to back
-  (``_Sustained``), else on one thread: a parallel region's barrier waits for a
+  (``conv_simd.Sustained``), else on one thread: a parallel region's barrier waits for a
   descheduled or sleeping thread (8 ms at the 90th percentile with other work on the
   machine; 5-8 ms for a worker asleep after 50 ms without work), as OpenBLAS's threads
   do. A run that takes far longer than its estimate reports a stall. OpenMP's workers
@@ -42,26 +42,30 @@ Routes (per image; a 1-D convolution is the 2-D one with a height of 1):
 brings its result into an NCHW output, since that is where the channels-last route pays
 its transpose) and stores
 the choice with the kernel cache (``rlx_cpu.planner``: measured again in the background
-if the machine was not known to be quiet).
+if the machine was not known to be quiet). Where ``rows`` wins, ``rows2`` is raced
+against it by the background planner only (a choice of its own, ``rows`` until then).
+
+The rows routes also apply the step's bias and relu as they store results: a fused
+conv (+ bias) -> relu step is then one kernel call (``absorbed_step``), each result
+written once, by the core that computed it. The SIMD routes' calls are built in
+``conv_simd``.
 """
 from __future__ import annotations
 
 import hashlib
-import time
 
 import numpy as np
-
-from typing import NamedTuple
 
 from rlx_core import DType, Graph, Node, Ref, Shape
 
 from ..cache import Decisions
 from ..jit import generated_kernel, library, specialize
 from ..jit.codegen import direct_conv_source, pool_source
-from ..jit.simd import LANES, rows_conv_source, tiled_conv_source
+from ..jit.simd import LANES
 from ..planner import choice
 from ..timing import interleaved_times
 from . import Bound, Call, kernel
+from .conv_simd import Epilogue, WhileQuiet, rows_calls, tiled_calls
 from .linalg import OPENBLAS_SINGLE_THREADED
 
 __all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROUTES", "Epilogue", "applies_epilogue",
@@ -69,7 +73,6 @@ __all__ = ["conv_calls", "conv_scratch", "result_in_scratch", "conv_route", "ROU
 
 _FAST = frozenset({DType.F32, DType.F64})
 ROUTES = ("pointwise", "channels_last", "nchw", "direct", "tiled", "rows", "rows2")
-_ROWS_CHANNELS = 8  # output channels per tile of the rows route
 _CHANNELS_LAST = frozenset({"channels_last", "tiled"})  # routes leaving an [N, Ho*Wo, Co] result in scratch
 _DIRECT_MAX_TAPS = 49  # the direct kernel writes every tap out: keep its code small
 _DIRECT_BLOCK_TAPS = 25  # up to this many taps, two output channels share each input load
@@ -172,7 +175,8 @@ def _scratch_dims(geometry: _Geometry, route: str, batch: int) -> list[Shape]:
     if route in ("rows", "rows2"):  # reads the padding as masked-off lanes; copies an input that is not C-contiguous
         return [Shape(geometry.image, dtype)]
     if route == "tiled":
-        return [Shape(geometry.padded, dtype), Shape((batch, geometry.columns()[1], geometry.out_blocks * LANES), dtype)]
+        result = Shape((batch, geometry.columns()[1], geometry.out_blocks * LANES), dtype)
+        return [Shape(geometry.padded, dtype), result]
     if route == "pointwise":
         return []
     scratch = [Shape(geometry.columns(), dtype)]
@@ -220,13 +224,6 @@ def _blas_on_several_cores(graph: Graph) -> bool:
     return False
 
 
-class Epilogue(NamedTuple):
-    """What a conv route applies to its results as it stores them."""
-
-    bias: np.ndarray | None  # [Co], added per channel
-    relu: bool
-
-
 _EPILOGUE_ROUTES = frozenset({"rows", "rows2"})
 
 
@@ -255,9 +252,9 @@ def _route_calls(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray
     if route == "direct":
         return _direct_calls(geometry, x4, w4, out4, scratch), out
     if route in ("rows", "rows2"):
-        return _rows_calls(geometry, x4, w4, out4, scratch, fixed_weights, route == "rows2", epilogue), out
+        return rows_calls(geometry, x4, w4, out4, scratch, fixed_weights, route == "rows2", epilogue), out
     if route == "tiled":
-        calls = _tiled_calls(geometry, x4, w4, scratch, fixed_weights)
+        calls = tiled_calls(geometry, x4, w4, scratch, fixed_weights)
         return calls, np.reshape(scratch[-1][:, :, :co].transpose(0, 2, 1), dims, copy=False)
     weights = np.reshape(w4, (groups, co // groups, -1), copy=False)
     c_group = x4.shape[1] // groups
@@ -301,128 +298,6 @@ def _direct_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.
         args = (image, w4, out4[i])
         calls.append(Call(specialize(direct, *args), args))
     return calls
-
-
-def _packed(geometry: _Geometry, w4: np.ndarray, lanes: int, fixed_weights: bool) -> tuple[np.ndarray, list[Call]]:
-    """The weights packed ``[ceil(Co/lanes), kh, kw, C, lanes]`` (lanes past Co zero), and
-    the call that packs them again in a run where they changed: none for constant
-    weights, packed now."""
-    packed = np.zeros((-(-geometry.out_channels // lanes),) + geometry.kernel + (w4.shape[1], lanes), np.float32)
-    if fixed_weights:
-        specialize(library().pack_conv_weights, w4, packed)(w4, packed)
-        return packed, []
-    seen = np.full(w4.shape, np.nan, np.float32)  # differs from any weights: the first run packs
-    args = (w4, seen, packed)
-    return packed, [Call(specialize(library().repack_conv_weights, *args), args)]
-
-
-def _padded_images(geometry: _Geometry, x4: np.ndarray, scratch: list[np.ndarray]):
-    """``(calls, image)`` per image: the image, or its padded copy in ``scratch[0]`` (also
-    made where it has no padding but is not C-contiguous: the kernels read it flat)."""
-    top, left = geometry.pads[:2]
-    for i in range(x4.shape[0]):
-        image = x4[i]
-        if any(geometry.pads) or not image.flags.c_contiguous:
-            pad_args = (image, scratch[0], top, left)
-            yield [Call(specialize(library().pad2d, *pad_args), pad_args)], scratch[0]
-        else:
-            yield [], image
-
-
-def _tiled_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, scratch: list[np.ndarray],
-                 fixed_weights: bool) -> list[Call]:
-    """Pack the weights (now if they are constant, else by a call each run), then per image:
-    pad, and the tiled kernel into the channels-last result ``scratch[-1]``."""
-    packed, calls = _packed(geometry, w4, LANES, fixed_weights)
-    tiled = generated_kernel(tiled_conv_source(*geometry.tile()))
-    (sh, sw), (dh, dw) = geometry.strides, geometry.dilations
-    results = scratch[-1]
-    for i, (pad, image) in enumerate(_padded_images(geometry, x4, scratch)):
-        args = (image, packed, results[i].reshape(geometry.out_hw + (results.shape[2],)), sh, sw, dh, dw)
-        calls += pad + [Call(specialize(tiled, *args), args)]
-    return calls
-
-
-def _rows_calls(geometry: _Geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scratch: list[np.ndarray],
-                fixed_weights: bool, two_cores: bool = False, epilogue: Epilogue | None = None) -> list[Call]:
-    """Pack the weights, then per image the rows kernel straight into ``out4`` (on a
-    C-contiguous copy of an image that is not); ``two_cores``: as a ``_WhileQuiet``."""
-    packed, calls = _packed(geometry, w4, _ROWS_CHANNELS, fixed_weights)
-    epilogue = epilogue or Epilogue(None, False)
-    bias = np.zeros(geometry.out_channels, np.float32) if epilogue.bias is None else epilogue.bias.reshape(-1)
-    variant = dict(relu=epilogue.relu)
-    tile = (_ROWS_CHANNELS, min(2, geometry.out_hw[0]))
-    rows = generated_kernel(rows_conv_source(*tile, **variant))
-    sh, (dh, dw), (top, left) = geometry.strides[0], geometry.dilations, geometry.pads[:2]
-    for i in range(x4.shape[0]):
-        image = x4[i]
-        if not image.flags.c_contiguous:
-            calls.append(Call(np.copyto, (scratch[0], image)))
-            image = scratch[0]
-        args = (image, packed, out4[i], sh, dh, dw, top, left, 0, packed.shape[0], bias)
-        serial = specialize(rows, *args)
-        if two_cores:
-            both = specialize(generated_kernel(rows_conv_source(*tile, parallel=True, **variant)), *args)
-            calls.append(Call(_WhileQuiet(serial, both, _stall_limit(geometry)), args))
-        else:
-            calls.append(Call(serial, args))
-    return calls
-
-
-def _stall_limit(geometry: _Geometry) -> float:
-    """Seconds beyond which a two-core conv counts as stalled: 3x its time at a low 50
-    GFLOP/s, + 1 ms (as ``threads`` limits a BLAS call)."""
-    c, _, _ = geometry.image
-    flops = 2 * geometry.out_channels * c // geometry.groups * geometry.kernel[0] * geometry.kernel[1] \
-        * geometry.out_hw[0] * geometry.out_hw[1]
-    return 3 * flops / 50e9 + 1e-3
-
-
-class _Sustained:
-    """When two-core conv calls came back to back (each within ``GAP_S`` of the one
-    before) for ``SUSTAINED_S``: only then are OpenMP's workers awake. A worker idle
-    longer has gone to sleep, and on this VM waking it (its vCPU halted) took 5-8 ms
-    -- 100x the conv -- while a call 10 ms after the last waited 60 us. So sparse calls
-    (a request now and then) run on one thread, loops of runs on two."""
-
-    GAP_S = 0.005
-    SUSTAINED_S = 0.05
-
-    def __init__(self):
-        self.last = self.since = -float("inf")
-
-    def start(self, now: float) -> bool:
-        """A call starts at ``now``: whether to run it on two cores."""
-        if now - self.last > self.GAP_S:
-            self.since = now
-        return now - self.since >= self.SUSTAINED_S
-
-
-_sustained = _Sustained()  # one OpenMP pool per process
-
-
-class _WhileQuiet:
-    """``both(*args)`` (a kernel on numba's threads) while the machine is quiet and the
-    calls are sustained (``_Sustained``), else ``serial(*args)``; a run of ``both`` over
-    ``stall_after`` seconds is reported to ``rlx_cpu.load`` (two in quick succession
-    make the machine loaded)."""
-
-    def __init__(self, serial, both, stall_after: float, pace: _Sustained = _sustained):
-        from ..load import QUIET, machine_load
-        self.serial, self.both, self.stall_after, self.pace = serial, both, stall_after, pace
-        self._quiet, self._load = QUIET, machine_load()
-        self.__name__ = "rows_conv_while_quiet"
-
-    def __call__(self, *args):
-        t0 = time.perf_counter()
-        if self.pace.start(t0) and self._load.state() == self._quiet:
-            self.both(*args)
-            self.pace.last = time.perf_counter()
-            if self.pace.last - t0 > self.stall_after:
-                self._load.report_stall()
-        else:
-            self.serial(*args)
-            self.pace.last = time.perf_counter()
 
 
 def _fastest_route(geometry: _Geometry, routes: list[str]) -> str:
@@ -478,7 +353,7 @@ def _timed_route(geometry: _Geometry, route: str, x4: np.ndarray, w4: np.ndarray
     if route in _EPILOGUE_ROUTES:  # the relu as the results are stored
         calls, _ = _route_calls(geometry, route, x4, w4, out, scratch, out.shape, epilogue=Epilogue(None, True))
         # rows2 by its two-core kernel, as it runs in a loop of runs on a quiet machine
-        calls = [c._replace(fn=c.fn.both) if isinstance(c.fn, _WhileQuiet) else c for c in calls]
+        calls = [c._replace(fn=c.fn.both) if isinstance(c.fn, WhileQuiet) else c for c in calls]
         return calls, _sequence(calls)
     calls, result = _route_calls(geometry, route, x4, w4, out, scratch, out.shape)
     finish = Call(np.copyto, (out, result)) if result is not out else Call(np.maximum, (out, 0), {"out": out})
