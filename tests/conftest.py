@@ -18,11 +18,15 @@ def fresh_registry():
 @pytest.fixture
 def tpu_device(fresh_registry, monkeypatch):
     """The tpu device on XLA:CPU (as rlx-tpu's own tests run it) unless RLX_TPU_PLATFORM
-    names a platform; skips only where the rlx-tpu plugin is not installed."""
+    names a platform; skips only where the rlx-tpu plugin is not installed or cannot run
+    (e.g. the lowest-versions job, which installs rlx-core and rlx-cpu alone)."""
+    from rlx_core.runtime import registry
     if importlib.util.find_spec("rlx_tpu") is None:
         pytest.skip("the rlx-tpu plugin is not installed")
     if not os.environ.get("RLX_TPU_PLATFORM"):
         monkeypatch.setenv("RLX_TPU_PLATFORM", "cpu")
+    if not registry().is_available("tpu"):
+        pytest.skip(f"device tpu is not available here: {registry().entry('tpu').availability().reason}")
     return "tpu"
 
 
