@@ -161,7 +161,10 @@ def test_rows_kernel_tiles_and_masks(channels, rows, parallel):
         for top, left in [(0, 0), (2, 3)]:
             y = np.full((11, ho, wo), np.nan, np.float32)
             args = (xp, packed, y, 1, 1, 1, top, left, 0, packed.shape[0], np.zeros(11, np.float32))
-            specialize(generated_kernel(rows_conv_source(channels, rows, parallel)), *args)(*args)
+            if parallel:
+                args += (2,)
+            name = "kernel_threads" if parallel else "kernel"
+            specialize(generated_kernel(rows_conv_source(channels, rows), name), *args)(*args)
             src = padded[:, 2 - top:, 3 - left:]
             want = sum(np.einsum("chw,oc->ohw", src[:, i:i + ho, j:j + wo], w[:, :, i, j]) for i in range(2)
                        for j in range(3))

@@ -134,10 +134,11 @@ def library() -> ModuleType:
     return _load("library", Path(__file__).with_name("library.py").read_text())
 
 
-def generated_kernel(source: str) -> Callable:
-    """The ``kernel`` function of a generated module (one module per distinct source)."""
+def generated_kernel(source: str, name: str = "kernel") -> Callable:
+    """The ``kernel`` function (or another, ``name``) of a generated module (one module
+    per distinct source)."""
     stem = "k_" + hashlib.sha256(source.encode()).hexdigest()[:20]
-    return _load(stem, source).kernel
+    return getattr(_load(stem, source), name)
 
 
 def specialize(dispatcher, *args) -> Callable:

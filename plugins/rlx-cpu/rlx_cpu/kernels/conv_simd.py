@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
+import numba
 import numpy as np
 
 from ..jit import generated_kernel, library, specialize
@@ -86,7 +87,11 @@ def rows_calls(geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scrat
         args = (image, packed, out4[i], sh, dh, dw, top, left, 0, packed.shape[0], bias)
         serial = specialize(rows, *args)
         if two_cores:
-            both = specialize(generated_kernel(rows_conv_source(*tile, parallel=True, **variant)), *args)
+            parts = min(numba.get_num_threads(), packed.shape[0])
+            threads = specialize(generated_kernel(rows_conv_source(*tile, **variant), "kernel_threads"), *args, parts)
+
+            def both(*a, threads=threads, parts=parts):
+                return threads(*a, parts)
             calls.append(Call(WhileQuiet(serial, both, _stall_limit(geometry)), args))
         else:
             calls.append(Call(serial, args))
