@@ -9,6 +9,7 @@ finds cards (amdgpu without ROCm's Python package, nouveau).
 """
 from __future__ import annotations
 
+import abc
 import threading
 from typing import Any, Callable
 
@@ -31,13 +32,13 @@ class LibraryProvider(GpuTelemetryProvider):
         self.fallback = fallback if fallback is not None else SysfsProvider(self.device)
 
     # --- what subclasses implement ---------------------------------------------------------
+    @abc.abstractmethod
     def _start(self, module) -> list:
         """Initialize the library; return one handle per GPU."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _read(self, lib, handle) -> dict:
         """The GpuThermal fields of ``handle`` (None where a sensor does not report)."""
-        raise NotImplementedError
 
     # --- loading ------------------------------------------------------------------------------
     def _lib(self):

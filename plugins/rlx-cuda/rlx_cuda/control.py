@@ -26,6 +26,7 @@ device counter, so every iteration is the same graph.
 """
 from __future__ import annotations
 
+import abc
 import logging
 from typing import Any, Callable, Sequence
 
@@ -131,7 +132,7 @@ class _Program:
         self._ran = True
 
 
-class ControlFlow:
+class ControlFlow(abc.ABC):
     """One control-flow node of ``exe``; called (``run``) when its step runs eagerly."""
 
     def __init__(self, exe, node):
@@ -156,15 +157,17 @@ class ControlFlow:
         self._programs: dict[str, _Program] = {}
 
     # --- what subclasses define ---------------------------------------------------------
+    @abc.abstractmethod
     def bodies(self) -> dict[str, Graph]:
-        raise NotImplementedError
+        """The node's body graphs by attribute name."""
 
+    @abc.abstractmethod
     def emit(self, chain: Chain) -> None:
         """Add this node to a conditional graph (device mode)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def run_host(self) -> None:
-        raise NotImplementedError
+        """Run the node driven from the host (host mode)."""
 
     # --- mode ----------------------------------------------------------------------------
     @property
