@@ -68,11 +68,23 @@ def _visible_keys(mode, sq, sk, window, mask_input):
 
 @kernel("rope")
 def rope(x, cos, sin, *, style, n_rot):
+    return rotate_pairs(np, x, cos, sin, style, n_rot).astype(x.dtype, copy=False)
+
+
+def rotate_pairs(xp, x, cos, sin, style: str, n_rot: int):
+    """RoPE of the first ``n_rot`` features of ``x`` (pairs ``(i, i + n_rot/2)`` for style
+    "half", ``(2i, 2i + 1)`` otherwise), the rest passed through. Written without
+    assignment into an array, with ``xp`` the array library's numpy-like namespace (numpy,
+    ``jax.numpy``, ``mlx.core``), so the reference and the backends whose arrays are
+    immutable (tpu, mlx) share one definition."""
     half = n_rot // 2
-    first, second = (slice(0, half), slice(half, n_rot)) if style == "half" \
-        else (slice(0, n_rot, 2), slice(1, n_rot, 2))
-    a, b = x[..., first], x[..., second]
-    out = x.copy()
-    out[..., first] = a * cos - b * sin
-    out[..., second] = b * cos + a * sin
-    return out
+    if style == "half":
+        a, b = x[..., :half], x[..., half:n_rot]
+    else:
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+    first, second = a * cos - b * sin, b * cos + a * sin
+    if style == "half":
+        rotated = xp.concatenate([first, second], axis=-1)
+    else:  # interleave the pairs back: (first_0, second_0, first_1, ...)
+        rotated = xp.stack([first, second], axis=-1).reshape(tuple(x.shape[:-1]) + (n_rot,))
+    return rotated if n_rot == x.shape[-1] else xp.concatenate([rotated, x[..., n_rot:]], axis=-1)

@@ -25,6 +25,7 @@ import math
 import mlx.core as mx
 
 from rlx_core.ir.ops.nn import attention_visibility
+from rlx_core.reference.nn import rotate_pairs
 
 from . import lowering
 from .elementwise import exp
@@ -134,16 +135,4 @@ def _softmax_product(scores, v):
 
 @lowering("rope")
 def rope(x, cos, sin, *, style, n_rot):
-    half = n_rot // 2
-    if style == "half":
-        a, b = x[..., :half], x[..., half:n_rot]
-    else:
-        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
-    first, second = a * cos - b * sin, b * cos + a * sin
-    if style == "half":
-        rotated = mx.concatenate([first, second], axis=-1)
-    else:  # interleave the pairs back: (first_0, second_0, first_1, ...)
-        rotated = mx.stack([first, second], axis=-1).reshape(tuple(x.shape[:-1]) + (n_rot,))
-    if n_rot == x.shape[-1]:
-        return rotated
-    return mx.concatenate([rotated, x[..., n_rot:]], axis=-1)
+    return rotate_pairs(mx, x, cos, sin, style, n_rot)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rlx_core.ir.ops.nn import attention_visibility
+from rlx_core.reference.nn import rotate_pairs
 
 from . import is_low_float, lowering
 from .linalg import contraction
@@ -97,14 +98,4 @@ def _visible_keys(mode, sq, sk, window, mask_input):
 
 @lowering("rope")
 def rope(x, cos, sin, *, style, n_rot):
-    half = n_rot // 2
-    if style == "half":
-        a, b = x[..., :half], x[..., half:n_rot]
-    else:
-        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
-    first, second = a * cos - b * sin, b * cos + a * sin
-    if style == "half":
-        rotated = jnp.concatenate([first, second], axis=-1)
-    else:  # interleave the pairs back: (first_0, second_0, first_1, ...)
-        rotated = jnp.stack([first, second], axis=-1).reshape(x.shape[:-1] + (n_rot,))
-    return jnp.concatenate([rotated, x[..., n_rot:]], axis=-1)
+    return rotate_pairs(jnp, x, cos, sin, style, n_rot)
