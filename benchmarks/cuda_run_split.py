@@ -3,8 +3,9 @@
     python benchmarks/cuda_run_split.py          # on a machine with CuPy, torch and a GPU
 
 The decode graph of ``cuda_bench.py`` (batch 1, one token, d_model 1024, 4 layers, 128
-cached keys, bf16; 9 torch CUDA inputs, torch outputs). Each part is called with a device
-sync after it, median over 300 calls: the session's input checks, the input staging
+cached keys, bf16; 9 inputs), run two ways: with torch CUDA inputs and torch outputs, and
+with numpy inputs and numpy outputs (2 MiB of inputs per run). Each part is called with a
+device sync after it, median over 300 calls: the session's input checks, the input staging
 (``rlx_cuda.staging``), the CUDA graph replay, the output read, and the empty sync itself.
 """
 from __future__ import annotations
@@ -30,17 +31,12 @@ def timed(fn, sync, n: int = 300) -> float:
     return statistics.median(laps)
 
 
-def main() -> int:
-    import torch
-    import cuda_bench
-    from rlx_core import CompileOptions, Session
-    g, params, feeds, _, _ = cuda_bench.build_model(torch, "decode", 1, 1, 1024, 16, 4, 128)
-    c = Session("cuda", options=CompileOptions(backend={"outputs": "torch"})).compile(g)
-    c.set_params(params)
+def split(c, feeds, sync) -> dict[str, float]:
+    """Each part of ``c.run(feeds)`` timed alone (ms)."""
     exe = c.executable
     for _ in range(20):
         c.run(feeds)
-    staging, sync = exe._staging, torch.cuda.synchronize
+    staging = exe._staging
     parts = {
         "full run()": lambda: c.run(feeds),
         "session input checks": lambda: c._feeds(feeds, None),
@@ -49,8 +45,26 @@ def main() -> int:
         "output read": lambda: exe._read_outputs(None),
         "empty sync": lambda: None,
     }
-    for name, fn in parts.items():
-        print(f"{name:>22}: {timed(fn, sync):.4f} ms")
+    return {name: timed(fn, sync) for name, fn in parts.items()}
+
+
+def main() -> int:
+    import ml_dtypes
+    import torch
+    import cuda_bench
+    from rlx_core import CompileOptions, Session
+    g, params, feeds, _, _ = cuda_bench.build_model(torch, "decode", 1, 1, 1024, 16, 4, 128)
+    host_feeds = {k: v.float().cpu().numpy().astype(ml_dtypes.bfloat16) for k, v in feeds.items()}
+    sync = torch.cuda.synchronize
+    for mode, mode_feeds in (("torch", feeds), ("numpy", host_feeds)):
+        backend = {"outputs": "torch"} if mode == "torch" else {}
+        c = Session("cuda", options=CompileOptions(backend=backend)).compile(g)
+        c.set_params(params)
+        print(f"{mode} inputs and outputs ({sum(v.nbytes for v in host_feeds.values()) / 2**20:.1f} MiB of inputs):")
+        times = split(c, mode_feeds, sync)
+        for name, ms in times.items():
+            print(f"{name:>22}: {ms:.4f} ms")
+        print(f"{'run / replay':>22}: {times['full run()'] / times['CUDA graph replay']:.2f}x")
     return 0
 
 

@@ -301,9 +301,9 @@ class ControlKernels:
                        (np.uint64(table.table.data.ptr), np.uint64(counter), np.int64(length), np.int32(reverse)))
 
     def copy_launch(self, table_ptr: int, rows: int, biggest: int) -> Callable[[], None]:
-        """A launch of ``rows`` entries (without steps) of a table at ``table_ptr``, which
-        may be mapped pinned host memory, its arguments built once: a run's device-input
-        copies in one call. Entries whose source is 0 are skipped."""
+        """A launch of ``rows`` entries (without steps) of the device table at ``table_ptr``,
+        its arguments built once: a run's device-input copies in one call. Entries whose
+        source is 0 are skipped."""
         fn, grid, block = self._copy, (_copy_blocks(biggest), rows), (_COPY_BLOCK,)
         args = (np.uint64(table_ptr), np.uint64(0), np.int64(0), np.int32(0))
         return lambda: fn(grid, block, args)

@@ -60,14 +60,17 @@ class Staging:
         out_host = np.frombuffer(self._out_mem, np.uint8, total)
         self._out_host = [_host_view(out_host, off, arr) for off, arr in zip(offsets, self._outputs)]
         self._uploaded = cp.cuda.Event(block=False, disable_timing=True)
-        # The device-input copy table: pinned, so the copy kernel reads it where it is (UVA).
+        # The device-input copy table: written on the host (pinned), sent with one small
+        # copy, read by the copy kernel from device memory (each of its thousands of
+        # blocks reading the pinned table over the bus took about 40 us).
         rows = max(len(self._inputs), 1)
         self._table_mem = cp.cuda.alloc_pinned_memory(rows * 5 * 8)
         self._table = np.frombuffer(self._table_mem, np.uint64, rows * 5).reshape(rows, 5)
         self._table[:] = 0
         for row, (view, _, _) in enumerate(self._inputs.values()):
             self._table[row, 0], self._table[row, 2] = view.data.ptr, view.nbytes
-        self._copy_launch = control_kernels(rt).copy_launch(self._table_mem.ptr, rows,
+        self._table_dev = cp.empty(rows * 5, cp.uint64)
+        self._copy_launch = control_kernels(rt).copy_launch(self._table_dev.data.ptr, rows,
                                                             int(self._table[:, 2].max()))
         self._table_read = cp.cuda.Event(block=False, disable_timing=True)
         self._table_pending = False
@@ -108,8 +111,8 @@ class Staging:
 
     def _write_device_inputs(self, device: list[tuple[int, Any, Any]], stream) -> None:
         """Device arrays copied device to device by pointer, all in ONE kernel launch
-        (``graphs.rlx_cf_copy`` over a pinned table the GPU reads directly; a
-        ``memcpyAsync`` per input costs about 6 us of host time each): CuPy arrays, and
+        (``graphs.rlx_cf_copy`` over a table sent with one small copy; a ``memcpyAsync``
+        per input costs about 6 us of host time each): CuPy arrays, and
         torch CUDA tensors when torch's current stream is CuPy's (else DLPack orders the
         hand-over). Row i of the table is input i's copy, prefilled but for its source;
         a row without a source (a host input, or one written here the slow way) is skipped."""
@@ -138,6 +141,8 @@ class Staging:
                 sources[row] = ptr
         if any(sources):
             self._table[:, 1] = sources
+            self.cp.cuda.runtime.memcpyAsync(self._table_dev.data.ptr, self._table_mem.ptr, self._table.nbytes, _H2D,
+                                             stream.ptr)
             self._copy_launch()
             self._table_read.record(stream)
             self._table_pending = True
