@@ -278,10 +278,12 @@ def bench_model(cp, torch, name, b, s, d, heads, layers, cache, compile_torch) -
         host_feeds = {k: v.float().cpu().numpy().astype(ml_dtypes.bfloat16) for k, v in feeds.items()}
         host = Session("cuda").compile(g)  # numpy outputs
         host.set_params(params)
-        res = {"rlx_ms": _timed(run, sync), "rlx_full_run_ms": _timed(lambda: c.run(feeds), sync),
-               "rlx_full_run_numpy_ms": _timed(lambda: host.run(host_feeds), sync),
+        many = {"warmup": 20, "iters": 300}  # the run-path ratios: tens of us apart, host noise evened out
+        res = {"rlx_ms": _timed(run, sync), "rlx_full_run_ms": _timed(lambda: c.run(feeds), sync, **many),
+               "rlx_full_run_numpy_ms": _timed(lambda: host.run(host_feeds), sync, **many),
                "input_bytes": sum(v.nbytes for v in host_feeds.values()),
-               "rlx_replay_ms": _timed(lambda: c.executable.run_device([]), sync),  # no input copies, like torch's
+               # no input copies, like torch's
+               "rlx_replay_ms": _timed(lambda: c.executable.run_device([]), sync, **many),
                "torch_eager_ms": _timed(lambda: model(x), sync),
                "max_rel_err_vs_torch": err, "rlx_graph_captured": c.executable._graph is not None,
                "rlx_steps": len(c.executable.steps),
