@@ -80,12 +80,14 @@ def median_of(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
-def interleaved_times(contenders: dict, repeats: int, warmup: int = 1, settle_s: float = 0.0
-                      ) -> dict[str, list[float]]:
+def interleaved_times(contenders: dict, repeats: int, warmup: int = 1, settle_s: float = 0.0,
+                      prime: dict | None = None) -> dict[str, list[float]]:
     """Seconds per call of each contender: ``warmup`` untimed rounds, then ``repeats``
     rounds of one call of each, in a shuffled order (seeded), so that a slow spell of a
     shared machine hits them all alike. ``settle_s``: an untimed pause before each timed
-    call (runtimes sharing a process: the one before's idle threads spin on a while)."""
+    call (runtimes sharing a process: the one before's idle threads spin on a while).
+    ``prime``: name -> an untimed call made after that pause, right before the contender's
+    timed one (wakes its own thread pool, which went to sleep during the pause)."""
     import numpy as np
     for _ in range(warmup):
         for fn in contenders.values():
@@ -97,6 +99,8 @@ def interleaved_times(contenders: dict, repeats: int, warmup: int = 1, settle_s:
         for name in shuffle(order):
             if settle_s:
                 time.sleep(settle_s)
+            if prime and name in prime:
+                prime[name]()
             t0 = time.perf_counter()
             contenders[name]()
             times[name].append(time.perf_counter() - t0)
@@ -257,6 +261,9 @@ def machine() -> dict[str, Any]:
                         for p in threadpool_info()]
     except ImportError:
         pass
+    # Set by some hosts to keep old OpenBLAS builds off kernels they get wrong; it also holds
+    # a current numpy's OpenBLAS on slower ones (its AVX2 kernels on an AVX-512 CPU).
+    info["openblas_env"] = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
     for module in ("numba", "onnxruntime", "jax", "torch"):
         try:
             info[module] = __import__(module).__version__

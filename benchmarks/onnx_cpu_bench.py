@@ -50,7 +50,7 @@ ALLOC_TARGET_BYTES = 4096
 THREADS = 2
 OPSET = 17
 BURST_S = 0.01
-SETTLE_S = 0.05  # onnxruntime's pool spins about 40 ms after a run, OpenBLAS's threads longer
+SETTLE_S = 0.2  # onnxruntime's pool spins about 40 ms after a run, OpenBLAS's threads about 100 ms
 
 
 # --- the models ------------------------------------------------------------------------------
@@ -207,7 +207,9 @@ def measure_latency(models: dict, rounds: int) -> dict:
             np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-4, err_msg=f"rlx-cpu on {name}")
         bursts = {"rlx-cpu": _burst(rlx, feeds, BURST_S), "onnxruntime": _burst(ort, feeds, BURST_S)}
         progress(f"{name}: {rounds} rounds ...")
-        times = interleaved_times({k: b for k, (b, _) in bursts.items()}, rounds, warmup=2, settle_s=SETTLE_S)
+        runs = {"rlx-cpu": rlx, "onnxruntime": ort}
+        times = interleaved_times({k: b for k, (b, _) in bursts.items()}, rounds, warmup=2, settle_s=SETTLE_S,
+                                  prime={k: (lambda run=run: run(feeds)) for k, run in runs.items()})
         per_run = {k: [t / bursts[k][1] for t in ts] for k, ts in times.items()}
         results[name] = {"latency_us": {k: statistics.median(v) * 1e6 for k, v in per_run.items()},
                          "ratio": paired_ratio(per_run["rlx-cpu"], per_run["onnxruntime"]),
@@ -279,6 +281,11 @@ def render(results: dict, loaded: bool) -> str:
              f" ({m.get('cpus')} cores{', one more kept busy' if loaded else ''}); targets: ratio as listed, "
              f"cold compile <= {COMPILE_TARGETS_MS['cold']:,.0f} ms, warm <= {COMPILE_TARGETS_MS['warm']:,.0f} ms, "
              f"alloc < {ALLOC_TARGET_BYTES:,} B.\n")
+    cores = [b.get("architecture") for b in m.get("blas", []) if b.get("internal_api") == "openblas"]
+    forced = ", ".join(f"{k}={v}" for k, v in m.get("openblas_env", {}).items())
+    text += (f"numpy's OpenBLAS ran its {'/'.join(map(str, cores)) or 'unknown'} kernels"
+             + (f" ({forced} set in the environment)" if forced else " (its own choice for this CPU)")
+             + "; onnxruntime's MLAS picks its kernels by itself.\n")
     return text
 
 

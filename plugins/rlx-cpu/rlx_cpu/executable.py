@@ -25,6 +25,7 @@ node as its own step, so that the trace attributes time to ops).
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
@@ -81,7 +82,7 @@ class CpuExecutable(ExecutableGraph):
         with self._lock:
             twin._instantiate(self.rng, {key: sub.clone() for key, sub in self._subexec.items()})
             for name, value in self._params.items():
-                np.copyto(twin._params[name], value)
+                twin._write_param(name, value)
         return twin
 
     def _instantiate(self, rng, subexec: dict) -> None:
@@ -96,6 +97,10 @@ class CpuExecutable(ExecutableGraph):
         self._buffers = self._bind_buffers()
         arrays = self._bind_views(self._buffers)
         self._params = {n.attrs["name"]: arrays[Ref(n.id)] for n in self.graph.param_nodes}
+        self._packings = self._bind_packings(arrays)
+        for packings in self._packings.values():
+            for pack in packings:
+                pack()
         self._outputs = [arrays[r] for r in self.graph.outputs]
         self._load = machine_load()
         self._runs = _Runs(self._steps_of(arrays), self._tracer)
@@ -124,7 +129,20 @@ class CpuExecutable(ExecutableGraph):
             shape = self.graph.shape_of(key) if isinstance(key, Ref) else self.plan.scratch[key.step][key.index]
             raw = self.arena[p.offset:p.offset + p.nbytes]
             buffers[key] = raw.view(shape.dtype.np).reshape(shape.dims)
+        for ref in self.plan.packed:
+            shape = self.graph.shape_of(ref)
+            buffers[ref] = np.empty(shape.dims, shape.dtype.np)
         return buffers
+
+    def _bind_packings(self, arrays: dict) -> dict[str | None, list[Callable[[], None]]]:
+        """The refills of the packed values (``rlx_cpu.plan``), by the param they are taken
+        from (None: a constant, filled once)."""
+        packings: dict[str | None, list[Callable[[], None]]] = {}
+        for ref, (source, take) in self.plan.packed.items():
+            node = self.graph.nodes[self.plan.root(source).node]
+            name = node.attrs["name"] if node.kind == "param" else None
+            packings.setdefault(name, []).append(functools.partial(_pack, arrays[ref], arrays[source], take))
+        return packings
 
     def _bind_views(self, buffers: dict) -> dict:
         """``buffers`` plus every view value, taken (in graph order) of the value it views."""
@@ -217,7 +235,12 @@ class CpuExecutable(ExecutableGraph):
     # --- ExecutableGraph ------------------------------------------------------------------
     def set_param(self, name: str, value: np.ndarray) -> None:
         with self._lock:
-            np.copyto(self._params[name], value)
+            self._write_param(name, value)
+
+    def _write_param(self, name: str, value: np.ndarray) -> None:
+        np.copyto(self._params[name], value)
+        for pack in self._packings.get(name, ()):
+            pack()
 
     def run(self, inputs: Mapping[str, np.ndarray], out: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         with self._lock:
@@ -388,6 +411,10 @@ class _StepContext(RefContext):
         if rng is not None:
             sub.rng = rng
         return sub.run({n.attrs["name"]: a for n, a in zip(graph.input_nodes, args)})
+
+
+def _pack(dst: np.ndarray, source: np.ndarray, take: Callable[[np.ndarray], np.ndarray]) -> None:
+    np.copyto(dst, take(source))
 
 
 def _aligned_bytes(nbytes: int, alignment: int) -> np.ndarray:

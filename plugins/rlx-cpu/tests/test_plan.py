@@ -146,3 +146,36 @@ def test_an_output_that_is_an_input_or_param_is_copied():
     np.testing.assert_array_equal(out[0], x_val)
     np.testing.assert_array_equal(out[1], [0, 1, 2])
     np.testing.assert_array_equal(out[2], [0, 1, 2])
+
+
+def _transposed_weight_graph(also_read: bool):
+    """x @ w.T + b, as an exported Gemm(transB=1) arrives; ``also_read``: w.T is also
+    added to something (then it is no matmul-only operand)."""
+    g = Graph("gemm_tb")
+    x, w = g.input("x", (8, 6)), g.param("w", (5, 6))
+    wt = g.transpose(w, (1, 0))
+    y = g.matmul(x, wt) + g.param("b", (5,))
+    outs = [y, wt + g.input("z", (6, 5))] if also_read else [y]
+    g.set_outputs(outs)
+    return g
+
+
+def test_a_transposed_weight_is_packed_row_major_and_refilled_when_its_param_is_set():
+    g = _transposed_weight_graph(also_read=False)
+    c = _compiled(g)
+    exe = c.executable
+    (packed,) = exe.plan.packed
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 6)).astype(np.float32)
+    for _ in range(2):  # a second set_param must reach the packed copy
+        params = {"w": rng.standard_normal((5, 6)).astype(np.float32), "b": rng.standard_normal(5).astype(np.float32)}
+        c.set_params(params)
+        np.testing.assert_allclose(c.run({"x": x})[0], evaluate(g, {"x": x}, params)[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(exe.clone().run({"x": x})[0], evaluate(g, {"x": x}, params)[0], rtol=1e-5,
+                                   atol=1e-5)
+    assert packed not in exe.plan.views and packed not in exe.plan.placements
+
+
+def test_a_transposed_weight_read_by_other_steps_too_stays_a_view():
+    c = _compiled(_transposed_weight_graph(also_read=True))
+    assert not c.executable.plan.packed
