@@ -155,16 +155,23 @@ def _cell(g, op, xt, carry, r, rb, peep, funcs, hidden, gate_in, linear_before_r
         pre = xt + g.matmul(h, g.transpose(r))
         return [funcs[0](g, gate_in(pre + rb if rb is not None else pre))]
     if op == "GRU":
+        # The recurrent products of the gates that read h itself in ONE matmul: z and r,
+        # and h's (linear_before_reset) -- a step's cost on the CPU is mostly per call.
         xz, xr, xh = split(xt)
-        rz, rr, rh = g.split(r, [hidden] * 3, axis=0)
-        bz, br, bh = g.split(rb, [hidden] * 3) if rb is not None else (None, None, None)
-        add_b = (lambda v, b: v if b is None else v + b)
-        z = funcs[0](g, gate_in(add_b(xz + g.matmul(h, g.transpose(rz)), bz)))
-        reset = funcs[0](g, gate_in(add_b(xr + g.matmul(h, g.transpose(rr)), br)))
+        together = 3 if linear_before_reset else 2
+        rec = g.matmul(h, g.transpose(r if together == 3 else g.slice(r, [0], [2 * hidden], axes=[0])))
+        bh = None
+        if rb is not None:
+            rec = rec + (rb if together == 3 else g.slice(rb, [0], [2 * hidden]))
+            bh = g.slice(rb, [2 * hidden], [3 * hidden])
+        hz, hr, *h_h = split(rec)
+        z = funcs[0](g, gate_in(xz + hz))
+        reset = funcs[0](g, gate_in(xr + hr))
         if linear_before_reset:
-            candidate = xh + reset * add_b(g.matmul(h, g.transpose(rh)), bh)
+            candidate = xh + reset * h_h[0]
         else:
-            candidate = add_b(xh + g.matmul(reset * h, g.transpose(rh)), bh)
+            candidate = xh + g.matmul(reset * h, g.transpose(g.slice(r, [2 * hidden], [3 * hidden], axes=[0])))
+            candidate = candidate if bh is None else candidate + bh
         hh = funcs[1](g, gate_in(candidate))
         return [(1.0 - z) * hh + z * h]
     c = carry[1]  # LSTM: gates i, o, f, c
