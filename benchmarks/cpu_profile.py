@@ -2,8 +2,10 @@
 
     python benchmarks/cpu_profile.py mlp                  # the quiet-machine plan
     python benchmarks/cpu_profile.py small_cnn --plan single
+    python benchmarks/cpu_profile.py onnx:gru              # a model of onnx_cpu_bench.py, exported from torch
 
-The model (``rlx_core.models``) is compiled as the benchmark compiles it; the calls of
+The model (``rlx_core.models``, or ``onnx:<name>`` for one of ``onnx_cpu_bench.py``'s, exported
+and imported as that benchmark does) is compiled as the benchmark compiles it; the calls of
 its run (input copies, kernels, BLAS calls with the thread count of the chosen plan) are
 then made in order, one after another as the run makes them, ``--runs`` times, each
 call timed on its own. A call is reported with the median of its times, so that caches
@@ -28,10 +30,17 @@ def profile(name: str, plan: str, runs: int) -> list[tuple[str, str, float]]:
     from rlx_cpu.load import LOADED, QUIET
     from rlx_cpu.threads import blas_threads, plan_blas_call, single_threaded
 
-    graph, params = models.MODELS[name]()
-    compiled = Session("cpu").compile(graph)
-    compiled.set_params(params)
-    inputs = models.example_inputs(graph)
+    if name.startswith("onnx:"):
+        import tempfile
+        from pathlib import Path
+        import onnx_cpu_bench
+        path, inputs = onnx_cpu_bench.export_models([name[5:]], Path(tempfile.mkdtemp()))[name[5:]]
+        _, compiled = onnx_cpu_bench.rlx_runner(path)
+    else:
+        graph, params = models.MODELS[name]()
+        compiled = Session("cpu").compile(graph)
+        compiled.set_params(params)
+        inputs = models.example_inputs(graph)
     state = {"quiet": QUIET, "loaded": LOADED}.get(plan, QUIET)
     choose = single_threaded if plan == "single" else (lambda c: plan_blas_call(c, state))
     calls = []
