@@ -3,6 +3,8 @@
     python benchmarks/onnx_cpu_bench.py                   # ~5 minutes: results/onnx_cpu.{json,md}, README table
     python benchmarks/onnx_cpu_bench.py --models mlp,ifloop --rounds 10 --no-readme   # a quick look
     python benchmarks/onnx_cpu_bench.py --busy-cores 1    # another process holds a core: results/onnx_cpu_loaded.*
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/onnx_cpu_bench.py --results onnx_cpu_native
+                          # numpy's OpenBLAS on the kernels it picks itself, where the host pins older ones
 
 Models (exported with ``torch.onnx.export``, opset 17, eval mode, random weights; the
 last built with ``onnx.helper``): an MLP 784-512-512-10 at batch 64; a CNN with
@@ -281,9 +283,9 @@ def render(results: dict, loaded: bool) -> str:
              f" ({m.get('cpus')} cores{', one more kept busy' if loaded else ''}); targets: ratio as listed, "
              f"cold compile <= {COMPILE_TARGETS_MS['cold']:,.0f} ms, warm <= {COMPILE_TARGETS_MS['warm']:,.0f} ms, "
              f"alloc < {ALLOC_TARGET_BYTES:,} B.\n")
-    cores = [b.get("architecture") for b in m.get("blas", []) if b.get("internal_api") == "openblas"]
+    cores = sorted({str(b.get("architecture")) for b in m.get("blas", []) if b.get("internal_api") == "openblas"})
     forced = ", ".join(f"{k}={v}" for k, v in m.get("openblas_env", {}).items())
-    text += (f"numpy's OpenBLAS ran its {'/'.join(map(str, cores)) or 'unknown'} kernels"
+    text += (f"numpy's OpenBLAS ran its {'/'.join(cores) or 'unknown'} kernels"
              + (f" ({forced} set in the environment)" if forced else " (its own choice for this CPU)")
              + "; onnxruntime's MLAS picks its kernels by itself.\n")
     return text
@@ -295,6 +297,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--no-compile", action="store_true", help="skip the compile times")
     parser.add_argument("--no-readme", action="store_true", help="do not update the README table")
+    parser.add_argument("--results", default="onnx_cpu",
+                        help="results name: results/<name>.{json,md} and the README block of that name")
     parser.add_argument("--busy-cores", type=int, default=0,
                         help="other processes spinning during the latency rounds (results/onnx_cpu_loaded.*)")
     args = parser.parse_args()
@@ -316,7 +320,7 @@ def main() -> None:
     results.update(machine=machine(), load_average_before=load_before, rounds=args.rounds, threads=THREADS,
                    busy_cores=args.busy_cores, burst_s=BURST_S, settle_s=SETTLE_S)
     markdown = render(results, bool(args.busy_cores))
-    json_path, md_path = write_results("onnx_cpu_loaded" if args.busy_cores else "onnx_cpu", results, markdown)
+    json_path, md_path = write_results(f"{args.results}_loaded" if args.busy_cores else args.results, results, markdown)
     print(markdown)
     progress(f"wrote {json_path.relative_to(ROOT)} and {md_path.relative_to(ROOT)}")
     if not args.no_readme and not args.busy_cores and set(names) == set(MODELS):
