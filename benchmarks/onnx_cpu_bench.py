@@ -18,7 +18,8 @@ an empty kernel cache) and onnxruntime (2 intra-op threads, its default graph
 optimizations) run in this one process, each model's outputs checked against
 onnxruntime's first. Each round times one burst of each runtime (about ``BURST_S`` of
 back-to-back runs) in a shuffled order, after a pause (``SETTLE_S``) that lets the
-other runtime's idle threads stop spinning (``common.interleaved_times``); a runtime's
+other runtime's idle threads stop spinning and ``PRIME_S`` of untimed runs of its own
+(steady state: its pools awake, as in a loop of runs; ``common.interleaved_times``); a runtime's
 latency is the median over rounds of its bursts' mean, the ratio the median over rounds
 of rlx-cpu's / onnxruntime's (``common.paired_ratio``). Compile times come from fresh
 interpreters (``--worker``): *cold* against an empty kernel cache, *warm* the median of
@@ -53,6 +54,7 @@ THREADS = 2
 OPSET = 17
 BURST_S = 0.01
 SETTLE_S = 0.2  # onnxruntime's pool spins about 40 ms after a run, OpenBLAS's threads about 100 ms
+PRIME_S = 0.06  # untimed runs before each burst: the runtime's own pools awake, as in a loop of runs
 
 
 # --- the models ------------------------------------------------------------------------------
@@ -209,9 +211,9 @@ def measure_latency(models: dict, rounds: int) -> dict:
             np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-4, err_msg=f"rlx-cpu on {name}")
         bursts = {"rlx-cpu": _burst(rlx, feeds, BURST_S), "onnxruntime": _burst(ort, feeds, BURST_S)}
         progress(f"{name}: {rounds} rounds ...")
-        runs = {"rlx-cpu": rlx, "onnxruntime": ort}
+        primes = {"rlx-cpu": _burst(rlx, feeds, PRIME_S)[0], "onnxruntime": _burst(ort, feeds, PRIME_S)[0]}
         times = interleaved_times({k: b for k, (b, _) in bursts.items()}, rounds, warmup=2, settle_s=SETTLE_S,
-                                  prime={k: (lambda run=run: run(feeds)) for k, run in runs.items()})
+                                  prime=primes)
         per_run = {k: [t / bursts[k][1] for t in ts] for k, ts in times.items()}
         results[name] = {"latency_us": {k: statistics.median(v) * 1e6 for k, v in per_run.items()},
                          "ratio": paired_ratio(per_run["rlx-cpu"], per_run["onnxruntime"]),

@@ -209,6 +209,34 @@ def test_two_cores_only_while_quiet_and_sustained_and_slow_runs_reported(monkeyp
     assert slow._load.stalls == 1
 
 
+def test_a_deferred_two_core_kernel_is_compiled_off_the_call_and_serial_serves_meanwhile(monkeypatch):
+    from rlx_cpu.load import QUIET
+    import threading
+    clock = [100.0]
+    monkeypatch.setattr(conv_simd.time, "perf_counter", lambda: clock[0])
+    compiled, release, ran = [], threading.Event(), []
+
+    def make():  # the compile: held until the test lets it finish
+        release.wait(10)
+        compiled.append(threading.current_thread().name)
+        return lambda *a: ran.append("both")
+    deferred = conv_simd.Deferred(make)
+    pace = conv_simd.Sustained()
+    pace.since, pace.last = clock[0] - 1.0, clock[0]  # calls have come back to back for a second
+    call = conv_simd.WhileQuiet(lambda *a: ran.append("serial"), deferred, 1.0, pace)
+    call._load = _Load(QUIET)
+    call()
+    call()
+    assert ran == ["serial", "serial"] and not compiled  # compiling, not waited for
+    release.set()
+    for _ in range(100):
+        if deferred.fn is not None:
+            break
+        threading.Event().wait(0.01)
+    call()
+    assert ran[-1] == "both" and compiled == ["rlx-cpu-compile"]
+
+
 def test_conv_bias_relu_step_runs_in_the_conv_kernel(route):
     """conv + bias + relu as one kernel call on the rows routes (the epilogue applied as
     results are stored; a NaN stays NaN through the relu, as in the reference)."""
@@ -252,8 +280,9 @@ def test_two_core_route_runs_on_one_thread_next_to_multithreaded_gemms(monkeypat
 
 
 def test_two_cores_are_raced_in_the_background(monkeypatch, tmp_path):
-    """Where rows wins, the compile takes it at once and asks the background planner to
-    race rows2 against it (on a quiet machine only); a stored rows2 is then used."""
+    """Where rows wins, the compile takes rows2 at once (its two-core kernel compiled
+    when calls come) and asks the background planner to race rows2 against rows (on a
+    quiet machine only); a stored rows is then used."""
     from rlx_cpu import cache, load, planner
     monkeypatch.setattr(cache, "kernel_dir", lambda: tmp_path)
     monkeypatch.setattr(conv, "_decisions", cache.Decisions())
@@ -265,14 +294,14 @@ def test_two_cores_are_raced_in_the_background(monkeypatch, tmp_path):
     x = g.input("x", (1, 8, 12, 12))
     g.set_outputs([g.conv(x, g.param("w", (16, 8, 3, 3)), pads=1)])
     node = g.nodes[-1]
-    assert conv.conv_route(node, g) == "rows"
+    assert conv.conv_route(node, g) == "rows2"
     (key, measure), = [(k, m) for k, m in requested if k.endswith(":two-cores")]
     monkeypatch.setattr(load.MachineLoad, "state", lambda self: load.LOADED)
     assert measure() is None  # loaded: not a clean measurement, tried again later
     monkeypatch.setattr(load.MachineLoad, "state", lambda self: load.QUIET)
     assert measure() in ("rows", "rows2")
-    conv._decisions.set(key, "rows2")
-    assert conv.conv_route(node, g) == "rows2"
+    conv._decisions.set(key, "rows")
+    assert conv.conv_route(node, g) == "rows"
 
 
 @pytest.mark.parametrize("kernel,pads,dilations", [((3, 3), (1, 1, 1, 1), (1, 1)), ((5, 2), (2, 0, 1, 1), (2, 3))])

@@ -6,6 +6,8 @@ and the two-core way of ``rows`` (``rows2``), see ``rlx_cpu.kernels.conv``.
 """
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import NamedTuple
 
@@ -16,7 +18,10 @@ from ..jit import generated_kernel, library, specialize
 from ..jit.simd import LANES, rows_conv_source, tiled_conv_source
 from . import Call
 
-__all__ = ["Epilogue", "tiled_calls", "rows_calls", "padded_images", "WhileQuiet", "Sustained", "ROWS_CHANNELS"]
+__all__ = ["Epilogue", "tiled_calls", "rows_calls", "padded_images", "WhileQuiet", "Deferred", "Sustained",
+           "ROWS_CHANNELS"]
+
+log = logging.getLogger("rlx.cpu")
 
 ROWS_CHANNELS = 8  # output channels per tile of the rows route
 
@@ -88,11 +93,12 @@ def rows_calls(geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scrat
         serial = specialize(rows, *args)
         if two_cores:
             parts = min(numba.get_num_threads(), packed.shape[0])
-            threads = specialize(generated_kernel(rows_conv_source(*tile, **variant), "kernel_threads"), *args, parts)
 
-            def both(*a, threads=threads, parts=parts):
-                return threads(*a, parts)
-            calls.append(Call(WhileQuiet(serial, both, _stall_limit(geometry)), args))
+            def both(args=args, parts=parts):
+                threads = specialize(generated_kernel(rows_conv_source(*tile, **variant), "kernel_threads"),
+                                     *args, parts)
+                return lambda *a: threads(*a, parts)
+            calls.append(Call(WhileQuiet(serial, Deferred(both), _stall_limit(geometry)), args))
         else:
             calls.append(Call(serial, args))
     return calls
@@ -130,11 +136,39 @@ class Sustained:
 _sustained = Sustained()  # one OpenMP pool per process
 
 
+class Deferred:
+    """A kernel whose compile ``make()`` runs on a daemon thread of its own once
+    ``start()`` is called (the two-core conv kernel: 0.6 s, kept out of the compile of
+    the graph; from numba's disk cache it loads at once). ``fn``: the kernel once ready
+    (None until then, and after a failed compile, which is logged). Called directly, it
+    compiles first where it must (a measurement)."""
+
+    def __init__(self, make):
+        self._make, self.fn, self._started = make, None, False
+
+    def start(self) -> None:
+        if not self._started:
+            self._started = True
+            threading.Thread(target=self._compile, name="rlx-cpu-compile", daemon=True).start()
+
+    def _compile(self) -> None:
+        try:
+            self.fn = self._make()
+        except Exception:  # noqa: BLE001 -- the one-thread kernel goes on serving
+            log.exception("rlx-cpu: compiling a two-core conv kernel failed; its conv stays on one core")
+
+    def __call__(self, *args):
+        if self.fn is None:
+            self.fn = self._make()
+        return self.fn(*args)
+
+
 class WhileQuiet:
     """``both(*args)`` (a kernel on numba's threads) while the machine is quiet and the
     calls are sustained (``Sustained``), else ``serial(*args)``; a run of ``both`` over
     ``stall_after`` seconds is reported to ``rlx_cpu.load`` (two in quick succession
-    make the machine loaded)."""
+    make the machine loaded). A ``Deferred`` ``both`` is started at the first call that
+    would run it, and ``serial`` serves until it is ready."""
 
     def __init__(self, serial, both, stall_after: float, pace: Sustained | None = None):
         from ..load import QUIET, machine_load
@@ -143,9 +177,16 @@ class WhileQuiet:
         self._quiet, self._load = QUIET, machine_load()
         self.__name__ = "rows_conv_while_quiet"
 
+    def _ready(self) -> bool:
+        both = self.both
+        if isinstance(both, Deferred) and both.fn is None:
+            both.start()
+            return False
+        return True
+
     def __call__(self, *args):
         t0 = time.perf_counter()
-        if self.pace.start(t0) and self._load.state() == self._quiet:
+        if self.pace.start(t0) and self._load.state() == self._quiet and self._ready():
             self.both(*args)
             self.pace.last = time.perf_counter()
             if self.pace.last - t0 > self.stall_after:
