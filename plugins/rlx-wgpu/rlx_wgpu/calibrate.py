@@ -5,10 +5,14 @@
   alone (many products in one submit), at 4096^3 on GPUs (512^3 on CPU adapters such as
   lavapipe). Each tile is timed ``TIMINGS`` times (its median counts), then the best
   ``FINALISTS`` are timed ``TIMINGS`` times more, interleaved (so that clock and thermal
-  drift hit them alike), and the best median over all its timings wins: it is kept as
-  ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's median) and used for every large
-  product on this adapter from then on. A cache from an older GEMM kernel
-  (``matmul_kernel``) is measured again;
+  drift hit them alike), together with the *incumbent* -- the tile this adapter's
+  previous calibration kept, else the first of ``LARGE_TILES`` that fits. The best median
+  over all its timings wins, but replaces the incumbent only when it is more than
+  ``SWITCH_MARGIN`` faster: on the H200 the top tiles' timings move by about 10% from
+  batch to batch, so a plain maximum picked a different tile on every calibration. The
+  winner is kept as ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's median) and
+  used for every large product on this adapter from then on. A cache from an older GEMM
+  kernel (``matmul_kernel``) is measured again;
 * ``memory_bw_gbps``: bytes read plus written per second by a streaming kernel;
 * ``roundtrip_overhead_ns``: one complete ``run`` of a one-element graph (write the
   input, submit, map the output back), the fixed cost of any run;
@@ -45,7 +49,7 @@ from .executable import WgpuExecutable
 from .gpu import Gpu, is_software, open_gpu
 
 __all__ = ["calibrate", "cache_path", "load_calibration", "device_seconds", "measure", "time_tiles", "LARGE_TILES",
-           "MATMUL_KERNEL"]
+           "MATMUL_KERNEL", "SWITCH_MARGIN"]
 
 KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns")
 LARGE_TILES = ("128x128x16/8x8/db", "128x128x16/8x8/db/w8", "128x128x16/8x8/db/p", "128x128x8/8x8/db",
@@ -53,7 +57,8 @@ LARGE_TILES = ("128x128x16/8x8/db", "128x128x16/8x8/db/w8", "128x128x16/8x8/db/p
                "64x64x16/4x4/db", "128x128x16/8x8", "128x128x8/8x8")
 MATMUL_KERNEL = 2  # version of the GEMM kernel's code generation: a calibration of another one is stale
 TIMINGS = 3        # timings per tile in each pass
-FINALISTS = 3      # tiles timed again in the second pass
+FINALISTS = 3      # tiles timed again in the second pass (and the incumbent)
+SWITCH_MARGIN = 0.05  # how much faster than the incumbent a tile must be to replace it
 
 
 def cache_path(gpu: Gpu) -> Path:
@@ -87,7 +92,11 @@ def calibrate(label: str, refresh: bool = False, progress=print, matmul_size: in
     registry().backend(label)  # the probe: raises DeviceUnavailableError with the reason
     gpu = open_gpu(label)
     n = matmul_size or (512 if gpu.info.get("adapter_type") == "CPU" else 4096)
-    gpu.tuning = cached_tuning(cache_path(gpu), _valid, lambda: measure(gpu, n, progress=progress), refresh)
+
+    def measured() -> dict:
+        previous = load_calibration(gpu)
+        return measure(gpu, n, progress=progress, incumbent=previous and previous["matmul_tile"])
+    gpu.tuning = cached_tuning(cache_path(gpu), _valid, measured, refresh)
     return gpu.tuning
 
 
@@ -122,10 +131,12 @@ def time_tiles(gpu: Gpu, exes: dict, rounds: int, min_seconds: float | None = No
     return seconds
 
 
-def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = TIMINGS) -> dict:
+def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = TIMINGS,
+            incumbent: str | None = None) -> dict:
     """Measure ``gpu`` now (no cache): an f32 ``n``^3 matmul with each of ``tiles`` that fits
-    the device (the fastest becomes ``matmul_tile``; see the module docstring for the two
-    passes), memory bandwidth, roundtrip and transfer (see the module docstring for the keys)."""
+    the device (the fastest by ``SWITCH_MARGIN`` over ``incumbent`` becomes ``matmul_tile``;
+    see the module docstring for the two passes), memory bandwidth, roundtrip and transfer
+    (see the module docstring for the keys)."""
     flops = 2.0 * n ** 3
     matmul = tiny_graph("calib-matmul", lambda g, a, b: g.matmul(a, b), (n, n), (n, n))
     fitting = [t for t in tiles if parse_tile(t).workgroup_bytes <= gpu.workgroup_bytes]
@@ -137,7 +148,9 @@ def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = 
         seconds.update(time_tiles(gpu, {tile: _compiled(gpu, matmul, matmul_tile=tile)}, timings))
         progress(f"calibrate {gpu.profile.label}: matmul {n}^3 tile {tile}: "
                  f"{flops / statistics.median(seconds[tile]) / 1e9:.0f} GFLOP/s (median of {timings})")
+    incumbent = incumbent if incumbent in fitting else fitting[0]
     finalists = sorted(fitting, key=lambda t: statistics.median(seconds[t]))[:FINALISTS]
+    finalists += [incumbent] if incumbent not in finalists else []
     if len(finalists) > 1:
         again = time_tiles(gpu, {t: _compiled(gpu, matmul, matmul_tile=t) for t in finalists}, timings)
         for tile in finalists:
@@ -146,6 +159,8 @@ def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = 
                      f"{flops / statistics.median(seconds[tile]) / 1e9:.0f} GFLOP/s (median of {len(seconds[tile])})")
     measured = {t: flops / statistics.median(s) / 1e9 for t, s in seconds.items()}
     best = max(measured, key=measured.get)
+    if measured[best] <= measured[incumbent] * (1 + SWITCH_MARGIN):
+        best = incumbent
     size = min(16 * n * n, 1 << 26, gpu.max_binding_bytes // 4)  # at most 256 MiB in and out
     stream_graph = tiny_graph("calib-stream", lambda g, x: g.neg(x), (size,))
     stream = _compiled(gpu, stream_graph)
@@ -155,7 +170,8 @@ def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = 
     progress(f"calibrate {gpu.profile.label}: memory {bandwidth:.1f} GB/s, roundtrip {roundtrip / 1e3:.0f} us")
     transfer = transfer_gbps(stream, random_feeds(stream_graph), 8.0 * size, device_seconds(gpu, stream), roundtrip)
     return {"sgemm_gflops": measured[best], "memory_bw_gbps": bandwidth, "roundtrip_overhead_ns": roundtrip,
-            "transfer_bw_gbps": transfer, "matmul_tile": best, "matmul_size": n, "matmul_gflops_by_tile": measured,
+            "transfer_bw_gbps": transfer, "matmul_tile": best, "matmul_incumbent": incumbent, "matmul_size": n,
+            "matmul_gflops_by_tile": measured,
             "matmul_kernel": MATMUL_KERNEL, "matmul_timings": {t: len(s) for t, s in seconds.items()},
             **{k: v for k, v in gpu.describe().items() if k != "profile"}, "profile": gpu.profile.label}
 

@@ -5,8 +5,8 @@ import pytest
 
 from rlx_core.errors import RlxError
 from rlx_core.runtime import Device, registry
-from rlx_wgpu.calibrate import FINALISTS, KEYS, LARGE_TILES, MATMUL_KERNEL, TIMINGS, cache_path, calibrate, \
-    load_calibration, measure
+from rlx_wgpu.calibrate import FINALISTS, KEYS, LARGE_TILES, MATMUL_KERNEL, SWITCH_MARGIN, TIMINGS, cache_path, \
+    calibrate, load_calibration, measure
 from rlx_wgpu.codegen.linalg import parse_tile
 from rlx_wgpu.gpu import open_gpu
 
@@ -29,11 +29,15 @@ def test_measures_caches_and_tunes_the_matmul_tile(cache_home):
     assert first["matmul_tile"] in first["matmul_gflops_by_tile"] and first["matmul_kernel"] == MATMUL_KERNEL
     by_tile = first["matmul_gflops_by_tile"]
     fitting = [t for t in LARGE_TILES if parse_tile(t).workgroup_bytes <= open_gpu("gpu").workgroup_bytes]
-    assert set(by_tile) == set(fitting) and first["matmul_tile"] == max(by_tile, key=by_tile.get)
-    # the finalists (the fastest of the first pass, the winner among them) were timed twice as often
+    best, incumbent = max(by_tile, key=by_tile.get), fitting[0]  # no earlier calibration: the first tile
+    assert first["matmul_incumbent"] == incumbent
+    assert first["matmul_tile"] == (incumbent if by_tile[best] <= by_tile[incumbent] * (1 + SWITCH_MARGIN) else best)
+    # the finalists (the fastest of the first pass, and the incumbent) were timed twice as often
     timings = first["matmul_timings"]
-    assert sorted(timings.values()) == [TIMINGS] * (len(fitting) - FINALISTS) + [2 * TIMINGS] * FINALISTS
-    assert timings[first["matmul_tile"]] == 2 * TIMINGS
+    finalists = sum(v == 2 * TIMINGS for v in timings.values())
+    assert finalists in (FINALISTS, FINALISTS + 1) and sorted(timings.values()) == \
+        [TIMINGS] * (len(fitting) - finalists) + [2 * TIMINGS] * finalists
+    assert timings[first["matmul_tile"]] == timings[incumbent] == 2 * TIMINGS
     assert open_gpu("gpu").tuned_matmul_tile() == first["matmul_tile"]
     path = cache_path(open_gpu("gpu"))
     assert json.loads(path.read_text()) == first
@@ -62,6 +66,28 @@ def test_a_cache_of_another_gemm_kernel_is_measured_again(cache_home):
     assert load_calibration(open_gpu("gpu")) is None
     path.write_text(json.dumps({k: v for k, v in stale.items() if k != "matmul_kernel"}))
     assert load_calibration(open_gpu("gpu")) is None
+
+
+@pytest.mark.parametrize("faster,kept", [(1.03, True), (1.10, False)])
+def test_the_incumbent_tile_stays_unless_another_is_clearly_faster(monkeypatch, faster, kept):
+    """A challenger within SWITCH_MARGIN of the tile the last calibration kept does not
+    replace it (timings of near-equal tiles trade places from run to run); a clearly
+    faster one does. Also where the incumbent is not among the first pass's fastest."""
+    from rlx_wgpu import calibrate as calibration
+    tiles = ("64x64x8/4x4/db", "64x64x8/4x4", "32x32x8/4x4")
+    per_run = {"64x64x8/4x4/db": 1.0, "64x64x8/4x4": 1.0 / faster, "32x32x8/4x4": 2.0}  # seconds
+    real = calibration.time_tiles
+
+    def timed(gpu, exes, rounds, min_seconds=None):
+        if set(exes) <= set(per_run):
+            return {name: [per_run[name]] * rounds for name in exes}
+        return real(gpu, exes, rounds, min_seconds)
+    monkeypatch.setattr(calibration, "time_tiles", timed)
+    monkeypatch.setattr(calibration, "FINALISTS", 1)  # the first pass's fastest, then the incumbent too
+    result = measure(open_gpu("gpu"), 64, tiles=tiles, progress=lambda m: None, timings=1, incumbent=tiles[0])
+    assert result["matmul_incumbent"] == tiles[0]
+    assert result["matmul_tile"] == (tiles[0] if kept else tiles[1])
+    assert result["matmul_timings"] == {tiles[0]: 2, tiles[1]: 2, tiles[2]: 1}
 
 
 def test_tiles_beyond_the_workgroup_memory_are_not_tried():
