@@ -177,9 +177,16 @@ class CpuExecutable(ExecutableGraph):
     # --- out= buffers ---------------------------------------------------------------------
     def _direct_outputs(self) -> list[bool]:
         """Which outputs a run may compute straight into the caller's ``out=`` array:
-        values a step writes (not inputs, params, constants or views), listed once."""
+        values a step writes (not inputs, params, constants or views), at their first
+        place in the outputs (a later place gets a copy of it)."""
         produced = {r for s in self.plan.steps for r in s.outputs}
-        return [r in produced and self.graph.outputs.count(r) == 1 for r in self.graph.outputs]
+        return [r in produced and r not in self.graph.outputs[:i] for i, r in enumerate(self.graph.outputs)]
+
+    def _direct_into(self, out: Sequence[np.ndarray]) -> tuple[dict, list[bool]]:
+        """The values computed straight into arrays of ``out`` (C-contiguous, aligned, at a
+        direct place), and for each output whether it was."""
+        taken = [ok and o.flags.c_contiguous and o.flags.aligned for o, ok in zip(out, self._direct)]
+        return {r: o for r, o, t in zip(self.graph.outputs, out, taken) if t}, taken
 
     def _variant(self, out: Sequence[np.ndarray]) -> tuple[_Runs, list[tuple[np.ndarray, np.ndarray]]]:
         """The runs writing into ``out`` directly where they can, and the copies left to do:
@@ -195,11 +202,10 @@ class CpuExecutable(ExecutableGraph):
                 self._variant_builds >= _OUT_VARIANTS + self._out_runs // _VARIANT_EVERY:
             return self._runs, [(o, src) for o, src in zip(out, self._outputs)]
         self._variant_builds += 1
-        direct = {r: o for r, o, ok in zip(self.graph.outputs, out, self._direct)
-                  if ok and o.flags.c_contiguous and o.flags.aligned}
-        buffers = {**self._buffers, **direct}
-        runs = _Runs(self._steps_of(self._bind_views(buffers)), self._tracer)
-        copies = [(o, src) for r, o, src in zip(self.graph.outputs, out, self._outputs) if r not in direct]
+        direct, taken = self._direct_into(out)
+        arrays = self._bind_views({**self._buffers, **direct})
+        runs = _Runs(self._steps_of(arrays), self._tracer)
+        copies = [(o, arrays[r]) for r, o, t in zip(self.graph.outputs, out, taken) if not t]
         self._variants[key] = (list(out), runs, copies)
         if len(self._variants) > _OUT_VARIANTS:
             self._variants.popitem(last=False)
@@ -223,14 +229,24 @@ class CpuExecutable(ExecutableGraph):
         aligned, a value a step writes), and the ``(dst, src)`` copies left to do after
         each run: how control flow puts a body into the enclosing run. The runs share
         this executable's arena: run one binding at a time."""
+        steps, copies = self.bound_steps(inputs, outputs)
+        return self.runs_of(steps), copies
+
+    def bound_steps(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]
+                    ) -> tuple[list[tuple[str | None, list[Call]]], list[tuple[np.ndarray, np.ndarray]]]:
+        """``bind``'s calls, labelled by step, before they become runs (a scan strings
+        several bindings' calls into one run)."""
         buffers = dict(self._buffers)
         buffers.update({Ref(n.id): a for n, a in zip(self.graph.input_nodes, inputs)})
-        direct = {r: o for r, o, ok in zip(self.graph.outputs, outputs, self._direct)
-                  if ok and o.flags.c_contiguous and o.flags.aligned}
+        direct, taken = self._direct_into(outputs)
         buffers.update(direct)
         arrays = self._bind_views(buffers)
-        copies = [(o, arrays[r]) for r, o in zip(self.graph.outputs, outputs) if r not in direct and o is not arrays[r]]
-        return _Runs(self._calls(arrays), self._tracer, nested=True), copies
+        copies = [(o, arrays[r]) for r, o, t in zip(self.graph.outputs, outputs, taken) if not t and o is not arrays[r]]
+        return self._calls(arrays), copies
+
+    def runs_of(self, steps: list[tuple[str | None, list[Call]]]) -> "_Runs":
+        """The runs (per machine state) of labelled calls made inside an enclosing run."""
+        return _Runs(steps, self._tracer, nested=True)
 
     # --- ExecutableGraph ------------------------------------------------------------------
     def set_param(self, name: str, value: np.ndarray) -> None:

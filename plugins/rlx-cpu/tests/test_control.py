@@ -45,7 +45,11 @@ def test_a_while_limited_by_max_iterations_and_a_computed_condition():
     _check(g, {"x": np.full((2, 2), 1e7, F32)})  # false at once: the initial values
 
 
-def test_scan_over_1d_xs_with_an_if_inside_and_nested_loops():
+@pytest.mark.parametrize("unrolled", [True, False], ids=["unrolled", "loop"])
+def test_scan_over_1d_xs_with_an_if_inside_and_nested_loops(monkeypatch, unrolled):
+    from rlx_cpu.kernels import control
+    if not unrolled:  # scans longer than UNROLLED_STEPS run as a loop over two bindings
+        monkeypatch.setattr(control, "UNROLLED_STEPS", 0)
     g = Graph("nested")
     p, xs, c = g.input("p", (4,), "bool"), g.input("xs", (4, 3)), g.input("c", (3,))
 
@@ -59,7 +63,7 @@ def test_scan_over_1d_xs_with_an_if_inside_and_nested_loops():
              "c": np.array([0.1, 0.2, 0.3], F32)}
     compiled = _check(g, feeds)
     (call,) = [c for _, calls in compiled.executable._runs._steps if calls for c in calls
-               if getattr(c.fn, "__name__", "") == "run_scan"]
+               if getattr(c.fn, "__name__", "") == ("run_unrolled" if unrolled else "run_scan")]
     assert call.args == ()  # one bound function runs the whole loop
 
 
@@ -70,3 +74,25 @@ def test_random_numbers_follow_the_iteration():
     compiled = _check(g, {"xs": np.zeros((3, 2), F32)})
     rows = compiled.run({"xs": np.zeros((3, 2), F32)})[0]
     assert len({tuple(r) for r in rows}) == 3  # a fresh draw per step
+
+
+@pytest.mark.parametrize("unrolled", [True, False], ids=["unrolled", "loop"])
+def test_a_scan_whose_output_is_its_new_carry(monkeypatch, unrolled):
+    """An RNN's step returns its new state both as the carry and as y_t: the value is
+    written once and copied for its other place (the unrolled run copies it straight into
+    ys[t]); odd and even lengths end in either carried set."""
+    from rlx_cpu.kernels import control
+    if not unrolled:
+        monkeypatch.setattr(control, "UNROLLED_STEPS", 0)
+    for steps in (5, 6):
+        g = Graph("rnn")
+        h0, xs, w = g.input("h0", (1, 4)), g.input("xs", (steps, 1, 4)), g.input("w", (4, 4))
+
+        def step(s, h, w_, x):
+            h2 = s.tanh(s.add(s.matmul(h, w_), x))
+            return [h2, w_], h2
+        final, ys = g.scan(step, [h0, w], xs)
+        g.set_outputs([final[0], ys])
+        rng = np.random.default_rng(steps)
+        _check(g, {"h0": rng.standard_normal((1, 4)).astype(F32), "xs": rng.standard_normal((steps, 1, 4)).astype(F32),
+                   "w": rng.standard_normal((4, 4)).astype(F32) / 2})
