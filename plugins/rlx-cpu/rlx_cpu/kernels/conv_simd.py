@@ -92,9 +92,8 @@ def rows_calls(geometry, x4: np.ndarray, w4: np.ndarray, out4: np.ndarray, scrat
         args = (image, packed, out4[i], sh, dh, dw, top, left, 0, packed.shape[0], bias)
         serial = specialize(rows, *args)
         if two_cores:
-            parts = min(numba.get_num_threads(), packed.shape[0])
-
-            def both(args=args, parts=parts):
+            def both(args=args):  # numba's first get_num_threads() starts its threads: 20 ms, also deferred
+                parts = min(numba.get_num_threads(), packed.shape[0])
                 threads = specialize(generated_kernel(rows_conv_source(*tile, **variant), "kernel_threads"),
                                      *args, parts)
                 return lambda *a: threads(*a, parts)
