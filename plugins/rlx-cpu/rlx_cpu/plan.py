@@ -21,7 +21,8 @@ Values that need no arena bytes:
   its last two axes (the transposed weight of an exported ``Gemm(transB=1)``), gets a
   row-major buffer of its own, refilled when its param is set, not on every run:
   OpenBLAS's AVX-512 kernels run ``A @ B`` faster than ``A @ B.T`` (the MLP 784-512-512-10
-  at batch 64, two threads: 263 against 414 us), and no kernel runs it slower.
+  at batch 64, two threads: 263 against 414 us), and no kernel runs it slower. The weight
+  then takes its memory twice (the param's buffer, which ``set_param`` writes, and the copy).
 """
 from __future__ import annotations
 
@@ -62,9 +63,7 @@ class MemoryPlan:
 
     def root(self, ref: Ref) -> Ref:
         """The value whose buffer ``ref`` lives in."""
-        while ref in self.views:
-            ref = self.views[ref][0]
-        return ref
+        return _root(self.views, ref)
 
 
 def view_function(node: Node, index: int = 0) -> Callable[[np.ndarray], np.ndarray]:
@@ -151,13 +150,16 @@ def _views(graph: Graph, steps: list[Step]) -> tuple[dict[Ref, tuple[Ref, Callab
     return views, models, blas_readers
 
 
+def _root(views: dict, r: Ref) -> Ref:
+    """The value whose buffer view ``r`` lives in."""
+    while r in views:
+        r = views[r][0]
+    return r
+
+
 def _packed(graph: Graph, steps: list[Step], views: dict, models: dict, blas_readers: set[Ref]) -> set[Ref]:
     """The views to pack (see the module docstring): of a param or constant, read by BLAS
     steps only, column-major in their last two axes."""
-    def root(r: Ref) -> Ref:
-        while r in views:
-            r = views[r][0]
-        return r
     other_readers: set[Ref] = set()  # values some step reads other than as a matmul operand
     for s in steps:
         matmul = s.kind == "matmul" or (s.kind == FUSED and s.anchor is not None and s.anchor.kind == "matmul")
@@ -167,30 +169,25 @@ def _packed(graph: Graph, steps: list[Step], views: dict, models: dict, blas_rea
     persistent = {n.id for n in graph.nodes if n.kind in PERSISTENT_KINDS}
     return {r for r, model in models.items()
             if r in views and r in blas_readers and r not in other_readers and r not in sources
-            and r not in graph.outputs and root(r).node in persistent
+            and r not in graph.outputs and _root(views, r).node in persistent
             and model.ndim >= 2 and model.strides[-1] != model.itemsize and model.shape[-1] > 1}
 
 
 def plan_memory(graph: Graph, steps: list[Step], scratch: list[list], alignment: int = 64) -> MemoryPlan:
     """Plan the arena for running ``steps``; ``scratch[i]`` lists step i's temporaries
-    (Shapes). View steps are removed from the returned plan's ``steps``."""
+    (Shapes). View and packed steps are removed from the returned plan's ``steps``."""
     views, models, blas_readers = _views(graph, steps)
     packed = {r: views.pop(r) for r in _packed(graph, steps, views, models, blas_readers)}
     kept = [(s, sc) for s, sc in zip(steps, scratch) if not all(o in views or o in packed for o in s.outputs)]
     steps = [s for s, _ in kept]
     persistent = {n.id for n in graph.nodes if n.kind in PERSISTENT_KINDS}
 
-    def root(r: Ref) -> Ref:
-        while r in views:
-            r = views[r][0]
-        return r
-
     first: dict[Ref | Scratch, int] = {Ref(n.id): -1 for n in graph.input_nodes}
     last: dict[Ref | Scratch, int] = {}
     sizes: dict[Ref | Scratch, int] = {r: graph.shape_of(r).nbytes for r in first}
     for i, (s, temporaries) in enumerate(kept):
         for r in s.inputs:
-            base = root(r)
+            base = _root(views, r)
             last[base] = max(last.get(base, -1), i)
         for r in s.outputs:
             first[r] = i
@@ -199,7 +196,7 @@ def plan_memory(graph: Graph, steps: list[Step], scratch: list[list], alignment:
             first[Scratch(i, k)] = last[Scratch(i, k)] = i
             sizes[Scratch(i, k)] = shape.nbytes
     for r in graph.outputs:
-        base = root(r)
+        base = _root(views, r)
         if base.node not in persistent:
             last[base] = len(steps)
 
