@@ -8,8 +8,9 @@
   drift hit them alike), together with the *incumbent* -- the tile this adapter's
   previous calibration kept, else the first of ``LARGE_TILES`` that fits. The best median
   over all its timings wins, but replaces the incumbent only when it is more than
-  ``SWITCH_MARGIN`` faster: on the H200 the top tiles' timings move by about 10% from
-  batch to batch, so a plain maximum picked a different tile on every calibration. The
+  ``SWITCH_MARGIN`` faster, so that near-equal tiles trading places between calibrations
+  do not change it (on the H200 the top tiles' timings moved by 10-35% between four
+  calibrations in a row: the margin absorbs the smaller swings, not all of them). The
   winner is kept as ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's median) and
   used for every large product on this adapter from then on. A cache from an older GEMM
   kernel (``matmul_kernel``) is measured again;
