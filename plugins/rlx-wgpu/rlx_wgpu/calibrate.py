@@ -6,14 +6,14 @@
   lavapipe). Each tile is timed ``TIMINGS`` times (its median counts), then the best
   ``FINALISTS`` are timed ``TIMINGS`` times more, interleaved (so that clock and thermal
   drift hit them alike), together with the *incumbent* -- the tile this adapter's
-  previous calibration kept, else the first of ``LARGE_TILES`` that fits. The best median
-  over all its timings wins, but replaces the incumbent only when it is more than
-  ``SWITCH_MARGIN`` faster, so that near-equal tiles trading places between calibrations
-  do not change it (on the H200 the top tiles' timings moved by 10-35% between four
-  calibrations in a row: the margin absorbs the smaller swings, not all of them). The
-  winner is kept as ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's median) and
-  used for every large product on this adapter from then on. A cache from an older GEMM
-  kernel (``matmul_kernel``) is measured again;
+  previous calibration kept, else the first of ``LARGE_TILES`` that fits. The finalist
+  with the best median over all its timings wins, but replaces the incumbent only when it
+  is more than ``SWITCH_MARGIN`` faster, so that near-equal tiles trading places between
+  calibrations do not change it (on the H200 the top tiles' timings moved by 10-35%
+  between four calibrations in a row: the margin absorbs the smaller swings, not all of
+  them). The winner is kept as ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's
+  median) and used for every large product on this adapter from then on. A cache from an
+  older GEMM kernel (``matmul_kernel``) is measured again;
 * ``memory_bw_gbps``: bytes read plus written per second by a streaming kernel;
 * ``roundtrip_overhead_ns``: one complete ``run`` of a one-element graph (write the
   input, submit, map the output back), the fixed cost of any run;
@@ -159,7 +159,7 @@ def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = 
             progress(f"calibrate {gpu.profile.label}: finalist {tile}: "
                      f"{flops / statistics.median(seconds[tile]) / 1e9:.0f} GFLOP/s (median of {len(seconds[tile])})")
     measured = {t: flops / statistics.median(s) / 1e9 for t, s in seconds.items()}
-    best = max(measured, key=measured.get)
+    best = max(finalists, key=measured.get)  # of the tiles timed in both passes
     if measured[best] <= measured[incumbent] * (1 + SWITCH_MARGIN):
         best = incumbent
     size = min(16 * n * n, 1 << 26, gpu.max_binding_bytes // 4)  # at most 256 MiB in and out
