@@ -43,8 +43,9 @@ device is opened or a graph compiled.
 * Tiles: :class:`Tile`, :data:`TILES` (the built-in tiles by name), :data:`LARGE_TILES`
   (the ones calibration tries), :func:`parse_tile` (``"BMxBNxBK/TMxTN[/db][/p][/wX]"`` -> Tile,
   or ``RlxError``), :func:`pick_tile` (the tile a product of ``m x n`` gets).
-* Calibration: :func:`measure` ``(device, n, tiles=LARGE_TILES, progress=print, timings=3)
-  -> dict`` measures now, uncached (``sgemm_gflops``, ``matmul_tile``, ``matmul_gflops_by_tile``,
+* Calibration: :func:`measure` ``(device, n, tiles=LARGE_TILES, progress=print, timings=3,
+  incumbent=None) -> dict`` measures now, uncached (``incumbent``: the tile kept unless
+  another is more than 5% faster; ``sgemm_gflops``, ``matmul_tile``, ``matmul_gflops_by_tile``,
   ``memory_bw_gbps``, ``roundtrip_overhead_ns``, ``transfer_bw_gbps``, the adapter
   facts of ``describe()``); :func:`device_seconds` times an executable's device work;
   caching is the caller's (``tuning`` reads it back).
