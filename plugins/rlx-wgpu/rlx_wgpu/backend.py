@@ -61,7 +61,9 @@ class DeviceBackend(Backend):
     def advisory_capabilities(self) -> frozenset[str]:
         """The executable's capabilities, less ``async_pipeline`` for a spec that maps its
         arena where the adapter allows (``unified_memory``, e.g. metal on Apple silicon):
-        such runs write and read the idle arena through a mapping, so submit waits."""
+        such runs write and read the idle arena through a mapping, so submit waits.
+        Advisory (the adapter is not opened here): executables on a software adapter drop
+        ``async_pipeline`` too (``executable.queues``)."""
         from .executable import WgpuExecutable
         if self.device_spec().unified_memory:
             return WgpuExecutable.capabilities - {"async_pipeline"}

@@ -32,6 +32,7 @@ from .codegen import GENERATORS, KernelContext, fused_kernel
 from .codegen.wgsl import WORKGROUP, grid, linear_id, shader, u32
 from .control import CONTROL_KINDS
 from .encoder import Encoder
+from .gpu import is_software
 from .layout import device_nbytes, from_device, to_device
 from .plan import Item, plan
 from .schedule import ALIAS_KINDS, FOLDED_KINDS, NO_STEP_KINDS, schedule
@@ -62,7 +63,8 @@ class WgpuExecutable(ExecutableGraph):
         self._sizes = {it.key: it.nbytes for it in items}
         self._offsets, self.arena_bytes = plan(items, gpu.alignment)
         self.mapped = bool(getattr(gpu, "unified_memory", False))  # the arena is host-mappable
-        if self.mapped:  # runs map the idle arena: submit cannot queue
+        self.queues = queues(gpu.info, self.mapped)
+        if not self.queues:
             self.capabilities = WgpuExecutable.capabilities - {"async_pipeline"}
         self.arena = gpu.storage_buffer(self.arena_bytes, f"arena of graph '{graph.name}'", mappable=self.mapped)
         for ref, value in self._constants.items():
@@ -239,10 +241,10 @@ class WgpuExecutable(ExecutableGraph):
         """The run submitted to the queue with its outputs copied into a readback buffer
         of its own (kept in a pool), mapped when waited for. ``queue.write_buffer`` takes
         the inputs at the call, and the queue runs in order, so a later run or submit
-        writes the arena only after this one's outputs were copied out. A mapped arena
-        (unified memory) and traced runs wait: their inputs are written through a
-        mapping of the idle arena, or each step is timed."""
-        if self.mapped or self._tracer is not None:
+        writes the arena only after this one's outputs were copied out. Runs wait where
+        the executable does not ``queues`` (see :func:`queues`) and when traced (each step
+        is timed)."""
+        if not self.queues or self._tracer is not None:
             return super().submit(inputs)
         with self._lock:
             buf = self._spare.pop() if self._spare else self.gpu.readback_buffer(self._readback.size)
@@ -292,6 +294,15 @@ class WgpuExecutable(ExecutableGraph):
                     for i, (ref, at, shape) in enumerate(zip(self.graph.outputs, self._readback_at, shapes))]
         finally:
             buf.unmap()
+
+
+def queues(info, mapped: bool) -> bool:
+    """Whether submits on this adapter queue (``async_pipeline``): not with a mapped arena
+    (unified memory: runs write and read the idle arena through a mapping), nor on a
+    software adapter (lavapipe, llvmpipe, ...: the readback's ``map_async`` waited for the
+    queue, so each submit took one run's time there, and a run was done on return about
+    once in three)."""
+    return not mapped and not is_software(info)
 
 
 def _settled(promise) -> bool:
