@@ -193,6 +193,16 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def add_device_bench_args(parser, devices, rounds: int, results: str) -> None:
+    """The options the per-device block benchmarks share: ``--devices``, ``--rounds``,
+    ``--seq``, ``--d-model`` and ``--output`` (default ``results/<results>_<host>.json``)."""
+    parser.add_argument("--devices", default=",".join(devices), help="comma-separated (unavailable ones are skipped)")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--output", help=f"results .json path (default benchmarks/results/{results}_<host>.json)")
+
+
 def per_device(devices: str, bench: Callable[[str], dict], label: str) -> tuple[list[dict], dict[str, str]]:
     """``bench(device)`` for each of the comma-separated ``devices``: the rows it returned,
     and by device why the others have none (not available here, or the error it raised:

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (interleaved_times, markdown_table, paired_ratio, per_device,  # noqa: E402
+from common import (add_device_bench_args, interleaved_times, markdown_table, paired_ratio, per_device,  # noqa: E402
                     report_per_device, use_checkout)
 
 use_checkout()
@@ -87,11 +87,7 @@ def bench_device(device: str, args) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--devices", default=",".join(DEVICES), help="comma-separated (unavailable ones are skipped)")
-    p.add_argument("--rounds", type=int, default=200)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--output", help="results .json path (default benchmarks/results/run_split_<host>.json)")
+    add_device_bench_args(p, DEVICES, rounds=200, results="run_split")
     args = p.parse_args(argv)
     rows, skipped = per_device(args.devices, lambda device: bench_device(device, args), "run_split")
     table = markdown_table(

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (interleaved_times, markdown_table, paired_ratio, per_device,  # noqa: E402
+from common import (add_device_bench_args, interleaved_times, markdown_table, paired_ratio, per_device,  # noqa: E402
                     report_per_device, use_checkout)
 
 use_checkout()
@@ -80,12 +80,8 @@ def bench_device(device: str, args) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--devices", default=",".join(DEVICES), help="comma-separated (unavailable ones are skipped)")
+    add_device_bench_args(p, DEVICES, rounds=20, results="stream")
     p.add_argument("--n", type=int, default=16, help="runs per batch (submits back to back)")
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--output", help="results .json path (default benchmarks/results/stream_<host>.json)")
     args = p.parse_args(argv)
     rows, skipped = per_device(args.devices, lambda device: bench_device(device, args), "stream_bench")
     for r in rows:
