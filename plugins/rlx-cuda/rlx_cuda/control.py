@@ -4,20 +4,26 @@ Each control-flow node of an executable is a :class:`ControlFlow` running in one
 modes, chosen at compile time (``mode``; ``reason`` says why a node runs on the host):
 
 * ``device``: CUDA graph conditional nodes (``rlx_cuda.graphs``, a 12.4+ driver). An
-  ``if`` is two IF nodes (then / else) set by one control kernel; a ``while`` or ``scan``
-  is a WHILE node whose body ends with a control kernel that advances the counter,
-  reads the next predicate and sets the node's handle. The executable's whole run is
-  then one graph launch: no host round trip per iteration. A run outside such a graph
-  (a traced run, or next to host-mode nodes) launches the node's own graph.
+  ``if`` is two IF nodes (then / else) set by one control kernel; a ``while`` is a
+  WHILE node whose body ends with a control kernel that advances the counter, reads
+  the next predicate and sets the node's handle. A ``scan`` (static trip count) whose
+  steps fit in ``UNROLLED_LAUNCHES`` launches is unrolled into the graph: each step is
+  one copy launch plus its body, with no WHILE node (each of whose iterations costs
+  about 10 us on an H200) and no counter; a longer scan is a WHILE node. The
+  executable's whole run is then one graph launch: no host round trip per iteration.
+  A run outside such a graph (a traced run, or next to host-mode nodes) launches the
+  node's own graph.
 * ``host``: the host drives the loop, cheaply: each iteration is one replay of a
   captured graph (copies in, the body, copies out, the next predicate) and the
   predicate comes back through pinned memory after an event, instead of a device sync
   and a pageable read. A scan (static trip count) never waits. Exact for every graph.
 
 Device mode needs: a driver and toolchain with conditional nodes, CUDA graphs enabled
-(``graph_capture``), bodies whose every step is capturable, and bodies without random
-numbers (a body's i-th run draws under ``rng.fold_in(i)``, which a captured launch
-cannot follow). The backend option ``control_flow="host"`` forces the host mode.
+(``graph_capture``) and bodies whose every step is capturable. A body drawing random
+numbers runs its i-th time under ``rng.fold_in(i)``: an ``if`` (always ``fold_in(0)``)
+and an unrolled scan (step t) fix those seeds when they are captured, while a WHILE
+node's single captured body cannot follow ``i``, so such loops run on the host. The
+backend option ``control_flow="host"`` forces the host mode.
 
 State: the carried values live in the node's outputs (the parent's arena); values move
 between them, the operands and the bodies' inputs and outputs with one batched copy
@@ -43,6 +49,7 @@ log = logging.getLogger("rlx.cuda")
 CONTROL_KINDS = frozenset({"if", "while", "scan"})
 _RNG_KINDS = frozenset({"rng_uniform", "rng_normal"})
 _D2H = 2
+UNROLLED_LAUNCHES = 1024  # the most launches an unrolled scan may add to a graph
 
 
 def control_flow(exe, node) -> "ControlFlow":
@@ -65,6 +72,11 @@ def emit_items(chain: Chain, items: Sequence) -> None:
             item.emit(chain)
         else:
             chain.work(item)
+
+
+def _launches(items: Sequence) -> int:
+    """About how many graph nodes ``items`` add to a conditional graph."""
+    return sum(item.launches if isinstance(item, ControlFlow) else 1 for item in items)
 
 
 def _draws_random(graph: Graph) -> bool:
@@ -105,6 +117,13 @@ def _bufs(action) -> list:
 
 def _ptr(arr) -> int:
     return int(arr.data.ptr)
+
+
+def _disjoint(pairs: Sequence[tuple[Any, Any]]) -> bool:
+    """Whether no destination of the ``(dst, src)`` array pairs overlaps a source, so that
+    one copy launch (blocks in any order) may do them all; a copy onto itself is skipped."""
+    moves = [(_ptr(d), d.nbytes, _ptr(s), s.nbytes) for d, s in pairs if _ptr(d) != _ptr(s)]
+    return not any(d < s + sn and s < d + dn for d, dn, _, _ in moves for _, _, s, sn in moves)
 
 
 class _Program:
@@ -169,6 +188,14 @@ class ControlFlow(abc.ABC):
     def run_host(self) -> None:
         """Run the node driven from the host (host mode)."""
 
+    #: whether emit fixes each body run's random seeds at capture (see the module docstring)
+    seeds_at_capture = False
+
+    @property
+    def launches(self) -> int:
+        """About how many graph nodes :meth:`emit` adds: control kernels, copies, bodies."""
+        return 4 + sum(_launches(self._sub_items(role)) for role in self.subs)
+
     # --- mode ----------------------------------------------------------------------------
     @property
     def mode(self) -> str:
@@ -180,7 +207,7 @@ class ControlFlow(abc.ABC):
             return "backend option control_flow='host'"
         if not backend.get("graph_capture", True):
             return "backend option graph_capture=False"
-        if self.random:
+        if self.random and not self.seeds_at_capture:
             return "a body draws random numbers (rng.fold_in per iteration)"
         for role, sub in self.subs.items():
             for i, (label, capturable, _) in enumerate(sub._bound):
@@ -206,8 +233,14 @@ class ControlFlow(abc.ABC):
 
     def __call__(self) -> None:
         """Run eagerly: the first time host-driven (it compiles and warms everything),
-        then through this node's own conditional graph in device mode."""
+        then through this node's own conditional graph in device mode. A node drawing
+        random numbers always runs host-driven here: its executable's seed may change
+        from one call to the next (an enclosing host-driven loop folds it per iteration),
+        and a graph of its own would hold the seeds of the call that captured it."""
         self._runs += 1
+        if self.random:
+            self.run_host()
+            return
         if self.reason is None and self._graph is None and self._runs > 1:
             try:
                 self._graph = graphs.build(self.cp, self.emit)
@@ -236,9 +269,15 @@ class ControlFlow(abc.ABC):
         sub = self.subs[role]
         return [(view, src) for view, src, used in zip(sub._inputs.values(), sources, _used_inputs(sub)) if used]
 
-    def _set_rng(self, role: str, iteration: int) -> Callable[[], None]:
+    def _set_rng(self, role: str, iteration: int | Callable[[], int]) -> Callable[[], None]:
+        """Sets body ``role``'s seed for run ``iteration`` when called (read then, so at
+        capture it follows the executable's seed of that capture)."""
         sub = self.subs[role]
         return lambda: sub.set_rng(self.exe.rng.fold_in(iteration() if callable(iteration) else iteration))
+
+    def _rng(self, role: str, iteration: int | Callable[[], int]) -> list[Callable[[], None]]:
+        """The items setting body ``role``'s seed for run ``iteration``; none without random numbers."""
+        return [self._set_rng(role, iteration)] if self.random else []
 
     def _program(self, key: str, make: Callable[[], list]) -> _Program:
         """The host-mode program ``key`` (its items made once by ``make``)."""
@@ -272,8 +311,10 @@ class IfFlow(ControlFlow):
         self._in = {role: self._copies(self._to_inputs(role, operands)) for role in self.subs}
         self._out = {role: self._copies(list(zip(self.outputs, sub._outputs))) for role, sub in self.subs.items()}
 
+    seeds_at_capture = True  # a branch always runs under fold_in(0)
+
     def _branch_items(self, role: str, kernels) -> list:
-        return [lambda: kernels.copy(self._in[role])] + self._sub_items(role) + \
+        return self._rng(role, 0) + [lambda: kernels.copy(self._in[role])] + self._sub_items(role) + \
             [lambda: kernels.copy(self._out[role])]
 
     def emit(self, chain: Chain) -> None:
@@ -289,8 +330,7 @@ class IfFlow(ControlFlow):
     def run_host(self) -> None:
         self._flag_copy(_ptr(self.inputs[0]))()
         role = "then" if self._read_flag() else "else"
-        rng = [self._set_rng(role, 0)] if self.random else []
-        self._program(role, lambda: rng + self._branch_items(role, self.host))()
+        self._program(role, lambda: self._branch_items(role, self.host))()
 
 
 class WhileFlow(ControlFlow):
@@ -328,10 +368,8 @@ class WhileFlow(ControlFlow):
         inner.close()
 
     def _host_programs(self) -> tuple[_Program, _Program]:
-        h, flag, random = self.host, self._flag_copy(self._cond_ptr), self.random
-
-        def rng(role, iteration):  # iteration i: body under fold_in(i), then the cond of check i + 1
-            return [self._set_rng(role, iteration)] if random else []
+        h, flag, rng = self.host, self._flag_copy(self._cond_ptr), self._rng
+        # iteration i: the body under fold_in(i), then the cond of check i + 1
         first = self._program("first", lambda: rng("cond", 0) + [lambda: h.copy(self._init)] +
                               self._sub_items("cond") + [flag])
         step = self._program("step", lambda: rng("body", lambda: self._i) + [lambda: h.copy(self._into_body)] +
@@ -349,28 +387,71 @@ class WhileFlow(ControlFlow):
 
 
 class ScanFlow(ControlFlow):
-    """Carry = the node's first outputs, ys = the rest. Each iteration t (the device
-    counter, reversed when ``reverse``): carry and xs[t] -> body inputs, body, body
-    outputs -> carry and ys[t], counter + 1."""
+    """Carry = the node's first outputs, ys = the rest; step t reads xs[t] and writes ys[t]
+    (t counted down when ``reverse``).
+
+    Unrolled (device mode, :attr:`unrolled`): before each step one copy launch moves the
+    last step's outputs to ys and the carry (the operands first) and xs[t] to the body
+    inputs; after the last step it moves the carry out. As a WHILE node (longer scans)
+    or host-driven, each iteration is: carry and xs[counter] -> body inputs, body, body
+    outputs -> carry and ys[counter], counter + 1."""
 
     def bodies(self) -> dict[str, Graph]:
         return {"body": self.node.attrs["body"]}
 
     def __init__(self, exe, node):
+        self.num_carry, self.reverse = node.attrs["num_carry"], bool(node.attrs["reverse"])
+        self.length = int(exe.arrays[node.inputs[self.num_carry]].shape[0])  # unrolled needs it
         super().__init__(exe, node)
-        nc, self.reverse = node.attrs["num_carry"], bool(node.attrs["reverse"])
+        nc, n = self.num_carry, self.length
         carry, ys, xs = self.outputs[:nc], self.outputs[nc:], self.inputs[nc:]
-        self.length = int(xs[0].shape[0])
         sub = self.subs["body"]
         views, used = list(sub._inputs.values()), _used_inputs(sub)
         self._init = self._copies(list(zip(carry, self.inputs[:nc])))
         into = [((v, c), (0, 0)) for v, c, u in zip(views[:nc], carry, used[:nc]) if u]
-        into += [((v, x), (0, x.nbytes // max(self.length, 1))) for v, x, u in zip(views[nc:], xs, used[nc:]) if u]
+        into += [((v, x), (0, x.nbytes // max(n, 1))) for v, x, u in zip(views[nc:], xs, used[nc:]) if u]
         out = [((c, o), (0, 0)) for c, o in zip(carry, sub._outputs[:nc])]
-        out += [((y, o), (y.nbytes // max(self.length, 1), 0)) for y, o in zip(ys, sub._outputs[nc:])]
+        out += [((y, o), (y.nbytes // max(n, 1), 0)) for y, o in zip(ys, sub._outputs[nc:])]
         self._into = self._copies([p for p, _ in into], [s for _, s in into])
         self._out = self._copies([p for p, _ in out], [s for _, s in out])
+        self._handovers: list[list[CopyTable]] | None = None
         self._i = 0
+
+    @property
+    def unrolled(self) -> bool:
+        """Whether device mode unrolls the steps: when they fit in ``UNROLLED_LAUNCHES``."""
+        return self._unrolled_launches() <= UNROLLED_LAUNCHES
+
+    seeds_at_capture = unrolled  # step t's seeds are fixed as it is captured
+
+    @property
+    def launches(self) -> int:
+        return self._unrolled_launches() if self.unrolled else super().launches
+
+    def _unrolled_launches(self) -> int:
+        return (self.length + 1) * (1 + _launches(self._sub_items("body")))
+
+    def _slot(self, t: int) -> int:
+        return self.length - 1 - t if self.reverse else t
+
+    def _handover(self, t: int) -> list[CopyTable]:
+        """The copy launches before unrolled step t (t = length: after the last step). One
+        launch moves the carry straight from the last step's outputs into the body inputs,
+        unless a destination overlaps a source (a body output that is also a body input);
+        then the carry goes through the node's outputs in a first launch."""
+        nc, n, sub = self.num_carry, self.length, self.subs["body"]
+        views, used, outs = list(sub._inputs.values()), _used_inputs(sub), sub._outputs
+        carry, ys, xs = self.outputs[:nc], self.outputs[nc:], self.inputs[nc:]
+        state = self.inputs[:nc] if t == 0 else outs[:nc]  # where the carry is now
+        out = [] if t == 0 else [(y[self._slot(t - 1)], o) for y, o in zip(ys, outs[nc:])]
+        xs_in = [] if t == n else [(v, x[self._slot(t)]) for v, x, u in zip(views[nc:], xs, used[nc:]) if u]
+        if t == n:
+            return [self._copies(out + list(zip(carry, state)))]
+        direct = out + [(v, c) for v, c, u in zip(views[:nc], state, used[:nc]) if u] + xs_in
+        if _disjoint(direct):
+            return [self._copies(direct)]
+        return [self._copies(out + list(zip(carry, state))),
+                self._copies([(v, c) for v, c, u in zip(views[:nc], carry, used[:nc]) if u] + xs_in)]
 
     def _step_items(self, kernels, handle: int | None) -> list:
         counter, n, rev = self._counter.ptr, self.length, self.reverse
@@ -383,6 +464,15 @@ class ScanFlow(ControlFlow):
 
     def emit(self, chain: Chain) -> None:
         k = self.device_kernels
+        if self.unrolled:
+            if self._handovers is None:
+                self._handovers = [self._handover(t) for t in range(self.length + 1)]
+            for t, tables in enumerate(self._handovers):
+                for table in tables:
+                    chain.work(lambda table=table: k.copy(table))
+                if t < self.length:
+                    emit_items(chain, self._rng("body", t) + self._sub_items("body"))
+            return
         chain.work(lambda: k.copy(self._init))
         if not self.length:
             return
@@ -397,7 +487,6 @@ class ScanFlow(ControlFlow):
     def run_host(self) -> None:
         h = self.host
         self._program("first", lambda: [lambda: h.copy(self._init), self._memset_counter])()
-        rng = [self._set_rng("body", lambda: self._i)] if self.random else []
-        step = self._program("step", lambda: rng + self._step_items(h, None))
+        step = self._program("step", lambda: self._rng("body", lambda: self._i) + self._step_items(h, None))
         for self._i in range(self.length):
             step()

@@ -15,7 +15,7 @@ from rlx_core import DType, Graph
 from rlx_core.errors import RlxError
 from rlx_core.reference import evaluate
 
-from rlx_cuda.control import _used_inputs
+from rlx_cuda.control import _disjoint, _used_inputs
 from rlx_cuda.executable import check_backend_options
 from rlx_cuda.graphs import CONTROL_SOURCE, IF, WHILE, CopyTable, build
 from rlx_cuda.lower import LowerContext, lower_graph
@@ -130,6 +130,17 @@ def test_copy_table_drops_empty_and_self_copies():
     table = CopyTable(np, [(_ptr(a), _ptr(a), 16, 0, 0), (_ptr(a), _ptr(a) + 4, 0, 0, 0), (_ptr(a), _ptr(a), 4, 4, 0)])
     assert len(table) == 1 and table.entries[0][3] == 4
     assert len(CopyTable(np, [])) == 0 and CopyTable(np, []).table is None
+
+
+def test_one_copy_launch_only_when_no_destination_overlaps_a_source():
+    def arr(ptr, nbytes):
+        return SimpleNamespace(data=SimpleNamespace(ptr=ptr), nbytes=nbytes)
+    a, b, c = arr(0, 32), arr(32, 32), arr(64, 32)
+    assert _disjoint([(a, b), (c, arr(128, 8))])
+    assert _disjoint([(a, a), (b, c)])                  # a copy onto itself is skipped
+    assert not _disjoint([(a, b), (b, c)])              # b is read and written: a carry passed on
+    assert not _disjoint([(a, b), (b, a)])              # a swap
+    assert not _disjoint([(arr(0, 16), b), (c, arr(8, 16))])  # partial overlap
 
 
 @pytest.mark.parametrize("start,step,limit,cond,go", [
