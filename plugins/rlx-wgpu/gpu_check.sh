@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # rlx-wgpu on the NVIDIA H200 machine (no internet; Python 3.12; CuPy there), in < 5 minutes:
 #   1. the NVIDIA Vulkan adapter is found (Vulkan loader from the carried .gl/*.deb);
-#   2. calibration, measured afresh: f32 matmul 4096^3 with every tile of LARGE_TILES (median of 3 timings,
+#   2. calibration, measured afresh: f32 matmul 4096^3 with every tile of LARGE_TILES (fastest of 3 timings,
 #      the best 3 timed 3 times more, interleaved; the winner becomes the default), bandwidth, round trip;
 #   3. the conformance suite on the `vulkan` device (i64 rows included);
 #   4. i64 across its range and the torch-exported models on `gpu` (the NVIDIA adapter; the models skip without torch);
 #   5. the f32 4096x4096 matmul benchmark against cuBLAS SGEMM (TF32 off) through CuPy: one table with the
-#      calibrated default and every tile variant (median of 5 interleaved rounds each, % of cuBLAS).
+#      calibrated default and every tile variant (fastest of 5 interleaved rounds each, % of cuBLAS).
 # Results: $OUT/{adapters.txt,calibration.json,conformance.txt,conformance.xml,int64.txt,wgpu_h200.json,wgpu_h200.md}
 # and benchmarks/results/wgpu_h200.{json,md}.
 # Carry: .gl (libvulkan1 and the GL loaders as .deb) and .whl (wgpu, cffi, pycparser, rendercanvas

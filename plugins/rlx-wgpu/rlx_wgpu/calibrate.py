@@ -3,17 +3,18 @@
 * ``sgemm_gflops``: f32 matmul throughput (GFLOP/s) of the fastest matmul tile of
   :data:`LARGE_TILES` (those that fit the device's workgroup memory), timed on device work
   alone (many products in one submit), at 4096^3 on GPUs (512^3 on CPU adapters such as
-  lavapipe). Each tile is timed ``TIMINGS`` times (its median counts), then the best
-  ``FINALISTS`` are timed ``TIMINGS`` times more, interleaved (so that clock and thermal
-  drift hit them alike), together with the *incumbent* -- the tile this adapter's
-  previous calibration kept, else the first of ``LARGE_TILES`` that fits. The finalist
-  with the best median over all its timings wins, but replaces the incumbent only when it
-  is more than ``SWITCH_MARGIN`` faster, so that near-equal tiles trading places between
-  calibrations do not change it (on the H200 the top tiles' timings moved by 10-35%
-  between four calibrations in a row: the margin absorbs the smaller swings, not all of
-  them). The winner is kept as ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's
-  median) and used for every large product on this adapter from then on. A cache from an
-  older GEMM kernel (``matmul_kernel``) is measured again;
+  lavapipe). Each tile is timed ``TIMINGS`` times, then the best ``FINALISTS`` are timed
+  ``TIMINGS`` times more, interleaved, together with the *incumbent* -- the tile this
+  adapter's previous calibration kept, else the first of ``LARGE_TILES`` that fits. A
+  tile's speed is its fastest timing: a device's slow spells only add time (on the H200
+  a fresh machine ran every tile at a third to a half of its speed for its first
+  minute, and slow spells came and went later), so the fastest timing is the one that
+  repeats from one calibration to the next, where a median follows the spells. The
+  fastest finalist wins, but replaces the incumbent only when it is more than
+  ``SWITCH_MARGIN`` faster, so that near-equal tiles trading places do not change it. The
+  winner is kept as ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's speed) and
+  used for every large product on this adapter from then on. A cache from an older GEMM
+  kernel or calibration (``matmul_kernel``) is measured again;
 * ``memory_bw_gbps``: bytes read plus written per second by a streaming kernel;
 * ``roundtrip_overhead_ns``: one complete ``run`` of a one-element graph (write the
   input, submit, map the output back), the fixed cost of any run;
@@ -32,7 +33,6 @@ vulkan [--refresh]`` prints the result as JSON; ``rlx calibrate --force`` measur
 """
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +55,9 @@ __all__ = ["calibrate", "cache_path", "load_calibration", "device_seconds", "mea
 KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns")
 LARGE_TILES = ("128x128x16/8x8/db", "128x128x16/8x8/db/w8", "128x128x16/8x8/db/p", "128x128x8/8x8/db",
                "128x128x8/8x8/db/w8", "128x128x8/8x8/db/p", "128x64x16/8x4/db", "64x128x16/4x8/db",
-               "64x64x16/4x4/db", "128x128x16/8x8", "128x128x8/8x8")
-MATMUL_KERNEL = 2  # version of the GEMM kernel's code generation: a calibration of another one is stale
+               "64x64x16/4x4/db", "128x128x16/8x8", "128x128x8/8x8", "128x128x32/8x8", "128x128x16/8x8/w8",
+               "256x128x16/16x8")
+MATMUL_KERNEL = 3  # version of the GEMM kernel's code generation and calibration: another one's cache is stale
 TIMINGS = 3        # timings per tile in each pass
 FINALISTS = 3      # tiles timed again in the second pass (and the incumbent)
 SWITCH_MARGIN = 0.05  # how much faster than the incumbent a tile must be to replace it
@@ -148,17 +149,17 @@ def measure(gpu: Gpu, n: int, tiles=LARGE_TILES, progress=print, timings: int = 
     for tile in fitting:
         seconds.update(time_tiles(gpu, {tile: _compiled(gpu, matmul, matmul_tile=tile)}, timings))
         progress(f"calibrate {gpu.profile.label}: matmul {n}^3 tile {tile}: "
-                 f"{flops / statistics.median(seconds[tile]) / 1e9:.0f} GFLOP/s (median of {timings})")
+                 f"{flops / min(seconds[tile]) / 1e9:.0f} GFLOP/s (fastest of {timings})")
     incumbent = incumbent if incumbent in fitting else fitting[0]
-    finalists = sorted(fitting, key=lambda t: statistics.median(seconds[t]))[:FINALISTS]
+    finalists = sorted(fitting, key=lambda t: min(seconds[t]))[:FINALISTS]
     finalists += [incumbent] if incumbent not in finalists else []
     if len(finalists) > 1:
         again = time_tiles(gpu, {t: _compiled(gpu, matmul, matmul_tile=t) for t in finalists}, timings)
         for tile in finalists:
             seconds[tile] += again[tile]
             progress(f"calibrate {gpu.profile.label}: finalist {tile}: "
-                     f"{flops / statistics.median(seconds[tile]) / 1e9:.0f} GFLOP/s (median of {len(seconds[tile])})")
-    measured = {t: flops / statistics.median(s) / 1e9 for t, s in seconds.items()}
+                     f"{flops / min(seconds[tile]) / 1e9:.0f} GFLOP/s (fastest of {len(seconds[tile])})")
+    measured = {t: flops / min(s) / 1e9 for t, s in seconds.items()}
     best = max(finalists, key=measured.get)  # of the tiles timed in both passes
     if measured[best] <= measured[incumbent] * (1 + SWITCH_MARGIN):
         best = incumbent

@@ -44,7 +44,7 @@ class Encoder:
     def read(self, buffer, offset: int, nbytes: int) -> memoryview:
         """Bytes of ``buffer`` once all encoded work is done (submits it first)."""
         self.flush()
-        return self.gpu.device.queue.read_buffer(buffer, offset, nbytes)
+        return self.gpu.read(buffer, offset, nbytes)
 
     def wait(self) -> None:
         """Submit and block until the device has finished (for tracing)."""

@@ -275,7 +275,27 @@ class Gpu:
         the queue; wgpu-py 0.32's on_submitted_work_done_sync does not work.)"""
         if not hasattr(self, "_sync_buffer"):
             self._sync_buffer = self.storage_buffer(4, "sync")
-        self.device.queue.read_buffer(self._sync_buffer, 0, 4)
+        self.read(self._sync_buffer, 0, 4)
+
+    def read(self, buffer, offset: int, nbytes: int) -> memoryview:
+        """``nbytes`` of ``buffer`` from ``offset`` (4-byte aligned) once the queue has done
+        all work submitted so far. The readback is mapped with ``map_sync``, which polls the
+        device in this thread: wgpu-py 0.32's ``queue.read_buffer`` waits for its poll
+        thread instead, and on the H200 such a wait took about 45 ms of this thread's CPU
+        however little the queue held, in bursts of many calls (calibration timed each
+        4096^3 matmul tile 2-4x slow and ranked them wrongly)."""
+        if not nbytes:
+            return memoryview(b"")
+        staging = self.readback_buffer(nbytes)
+        encoder = self.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(buffer, offset, staging, 0, nbytes)
+        self.device.queue.submit([encoder.finish()])
+        staging.map_sync(self.wgpu.MapMode.READ)
+        try:
+            return staging.read_mapped()
+        finally:
+            staging.unmap()
+            staging.destroy()
 
     def readback_buffer(self, nbytes: int):
         u = self.wgpu.BufferUsage

@@ -108,7 +108,7 @@ def parse_tile(text: str) -> Tile:
 TILES = {str(t): t for t in map(parse_tile, (
     "128x128x8/8x8", "128x128x16/8x8", "128x128x8/8x8/db", "128x128x16/8x8/db", "128x128x8/8x8/db/w8",
     "128x128x16/8x8/db/w8", "128x128x8/8x8/db/p", "128x64x16/8x4/db", "64x128x16/4x8/db", "64x64x16/4x4/db", "64x64x8/4x4/db",
-    "64x64x8/4x4", "16x16x8/4x4"))}
+    "128x128x32/8x8", "128x128x16/8x8/w8", "256x128x16/16x8", "64x64x8/4x4", "16x16x8/4x4"))}
 DEFAULT_TILES = ("128x128x8/8x8/db",)  # large products without a calibration: the first that fits
 
 
