@@ -20,10 +20,11 @@ modes, chosen at compile time (``mode``; ``reason`` says why a node runs on the 
 
 Device mode needs: a driver and toolchain with conditional nodes, CUDA graphs enabled
 (``graph_capture``) and bodies whose every step is capturable. A body drawing random
-numbers runs its i-th time under ``rng.fold_in(i)``: an ``if`` (always ``fold_in(0)``)
-and an unrolled scan (step t) fix those seeds when they are captured, while a WHILE
-node's single captured body cannot follow ``i``, so such loops run on the host. The
-backend option ``control_flow="host"`` forces the host mode.
+numbers runs its i-th time under ``rng.fold_in(i)``: an unrolled scan fixes step t's
+seeds as it is captured, while a WHILE node's single captured body cannot follow ``i``,
+so such loops run on the host, and so does an ``if`` drawing random numbers (its
+branches would capture ``fold_in(0)`` alike, but that path has not yet run on a GPU).
+The backend option ``control_flow="host"`` forces the host mode.
 
 State: the carried values live in the node's outputs (the parent's arena); values move
 between them, the operands and the bodies' inputs and outputs with one batched copy
@@ -310,8 +311,6 @@ class IfFlow(ControlFlow):
         operands = self.inputs[1:]
         self._in = {role: self._copies(self._to_inputs(role, operands)) for role in self.subs}
         self._out = {role: self._copies(list(zip(self.outputs, sub._outputs))) for role, sub in self.subs.items()}
-
-    seeds_at_capture = True  # a branch always runs under fold_in(0)
 
     def _branch_items(self, role: str, kernels) -> list:
         return self._rng(role, 0) + [lambda: kernels.copy(self._in[role])] + self._sub_items(role) + \
