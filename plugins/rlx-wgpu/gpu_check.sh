@@ -6,7 +6,7 @@
 #   3. the conformance suite on the `vulkan` device (i64 rows included);
 #   4. i64 across its range and the torch-exported models on `gpu` (the NVIDIA adapter; the models skip without torch);
 #   5. the f32 4096x4096 matmul benchmark against cuBLAS SGEMM (TF32 off) through CuPy: one table with the
-#      calibrated default and every tile variant (fastest of 5 interleaved rounds each, % of cuBLAS).
+#      calibrated default and every tile variant (fastest of 5 interleaved rounds each; % of cuBLAS timed in the same rounds).
 # Results: $OUT/{adapters.txt,calibration.json,conformance.txt,conformance.xml,int64.txt,wgpu_h200.json,wgpu_h200.md}
 # and benchmarks/results/wgpu_h200.{json,md}.
 # Carry: .gl (libvulkan1 and the GL loaders as .deb) and .whl (wgpu, cffi, pycparser, rendercanvas
