@@ -405,7 +405,7 @@ class ScanFlow(ControlFlow):
         nc, n = self.num_carry, self.length
         carry, ys, xs = self.outputs[:nc], self.outputs[nc:], self.inputs[nc:]
         sub = self.subs["body"]
-        views, used = list(sub._inputs.values()), _used_inputs(sub)
+        views, used = self._body_inputs = list(sub._inputs.values()), _used_inputs(sub)
         self._init = self._copies(list(zip(carry, self.inputs[:nc])))
         into = [((v, c), (0, 0)) for v, c, u in zip(views[:nc], carry, used[:nc]) if u]
         into += [((v, x), (0, x.nbytes // max(n, 1))) for v, x, u in zip(views[nc:], xs, used[nc:]) if u]
@@ -438,8 +438,8 @@ class ScanFlow(ControlFlow):
         launch moves the carry straight from the last step's outputs into the body inputs,
         unless a destination overlaps a source (a body output that is also a body input);
         then the carry goes through the node's outputs in a first launch."""
-        nc, n, sub = self.num_carry, self.length, self.subs["body"]
-        views, used, outs = list(sub._inputs.values()), _used_inputs(sub), sub._outputs
+        nc, n, outs = self.num_carry, self.length, self.subs["body"]._outputs
+        views, used = self._body_inputs
         carry, ys, xs = self.outputs[:nc], self.outputs[nc:], self.inputs[nc:]
         state = self.inputs[:nc] if t == 0 else outs[:nc]  # where the carry is now
         out = [] if t == 0 else [(y[self._slot(t - 1)], o) for y, o in zip(ys, outs[nc:])]
