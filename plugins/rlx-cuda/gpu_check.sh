@@ -5,7 +5,8 @@
 # 2. prints the device and the backend's probe;
 # 3. attention check: every attention kernel on every configuration, one diagnostic table
 #    (plugins/rlx-cuda/tests/attention_gpu_check.py; says which kernel / fold / split is wrong);
-# 4. benchmarks/cuda_bench.py (attention kernels vs torch SDPA, block, decode, matmul chain);
+# 4. benchmarks/cuda_bench.py (attention kernels vs torch SDPA, block, decode, matmul chain), then
+#    benchmarks/cuda_run_split.py (each part of the decode step's run());
 # 5. the CUDA-only tests (incl. the attention conformance cases under each forced kernel);
 # 6. the conformance suite on "cuda";
 # 7. per-step profile of the block and decode graphs (RLX_TRACE);
@@ -13,7 +14,7 @@
 #    host-driven fallback vs XLA:GPU vs onnxruntime CPU, one table
 #    (plugins/rlx-cuda/tests/control_flow_gpu_check.py).
 # Everything lands in $OUT (logs, junit xml, benchmark json/md) and benchmarks/results/.
-# Hard timeouts per section: 120 + 180 + 90 + 150 + 45 + 120 s; with every section the run may
+# Hard timeouts per section: 120 + 180 + 60 + 90 + 150 + 45 + 120 s; with every section the run may
 # pass 10 minutes only when sections hit their limits (about 7 when all is well).
 # SECTIONS="attention bench tests conformance profile controlflow" (the default) picks sections.
 # If the flash kernel is broken, rerun with RLX_CUDA_BACKEND='{"attention": "cublas"}' (or
@@ -63,6 +64,8 @@ section benchmarks
 timeout 180 $PY benchmarks/cuda_bench.py --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -90
 echo "bench exit: ${PIPESTATUS[0]}"
 cp -f "$OUT"/cuda_bench.json "$OUT"/cuda_bench.md benchmarks/results/ 2>/dev/null
+section "decode run() split (where a run with numpy or torch inputs goes)"
+timeout 60 $PY benchmarks/cuda_run_split.py 2>&1 | tee "$OUT/run_split.log"
 fi
 
 if wanted tests; then

@@ -137,6 +137,7 @@ class CudaExecutable(ExecutableGraph):
             all(cap or (i in self._control and self._control[i].reason is None)
                 for i, (_, cap, _) in enumerate(self._bound))
         self._graph = None
+        self._upload_graph = None  # the graph with the host inputs' uploads in it (see _run_uploading)
         self._staging: Staging | None = None  # made by the first run (control-flow bodies never need it)
         self._ring: list[Staging] = []  # submit's staging slots, made by the first submit
         self._next_slot = 0
@@ -237,7 +238,7 @@ class CudaExecutable(ExecutableGraph):
 
     def set_rng(self, rng: RngOptions) -> None:
         if rng != self.rng:
-            self._graph = None  # captured launches hold the old seeds
+            self._graph = self._upload_graph = None  # captured launches hold the old seeds
         self.rng = rng
 
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
@@ -246,9 +247,53 @@ class CudaExecutable(ExecutableGraph):
                 self._staging = self._new_staging()
             if self._queued is not None:
                 self._after_queued()
-            self._staging.write_inputs(inputs)
-            self._execute()
+            if not self._run_uploading(inputs):
+                self._staging.write_inputs(inputs)
+                self._execute()
             return self._read_outputs(out)
+
+    def _run_uploading(self, inputs: Mapping[str, Any]) -> bool:
+        """Run with every input a numpy array through a second CUDA graph that uploads them
+        itself, each on a branch that overlaps the work before its first reader (see
+        ``graphs.capture``), so that of the upload only what the first steps wait for
+        adds to the run. Only once the plain graph is captured and without control flow;
+        False where this path does not apply (the caller stages and runs as usual)."""
+        if self._graph is None or self._control or self._tracer is not None or \
+                not self._staging.all_host(inputs):
+            return False
+        if self._upload_graph is None:
+            try:
+                self._upload_graph = graphs.capture(self.cp, self._actions(), self._uploads())
+            except Exception as e:  # an optimization: the plain path stays
+                log.warning("cuda: capturing '%s' with its input uploads failed, staging them apart: %s",
+                            self.graph.name, e)
+                self._upload_graph = False
+        if self._upload_graph is False:
+            return False
+        stream = self.cp.cuda.get_current_stream()
+        self._staging.fill_mirror(inputs)
+        self._runs += 1
+        self._upload_graph.launch(stream=stream)
+        self._staging.mirror_sent(stream)
+        return True
+
+    def _actions(self) -> list:
+        """Every bound action, in order (what a plain CUDA graph captures)."""
+        return [act for _, _, actions in self._bound for act in actions]
+
+    def _uploads(self) -> list[tuple[int, int, int, int]]:
+        """The staging mirror's uploads for ``graphs.capture``, each with the index of the
+        first action (in capture order) of a step that touches its input, by first use."""
+        root = self.plan.root
+        first_action: dict[Ref, int] = {}
+        index = 0
+        for step, (_, _, actions) in zip(self.steps, self._bound):
+            for ref in step.touched():
+                first_action.setdefault(root(ref), index)
+            index += len(actions)
+        refs = {n.attrs["name"]: Ref(n.id) for n in self.graph.input_nodes}
+        return sorted(((dst, src, nbytes, first_action.get(refs[name], index))
+                       for name, (dst, src, nbytes) in self._staging.uploads().items()), key=lambda u: u[3])
 
     def submit(self, inputs: Mapping[str, Any]) -> Pending:
         """The run queued on CuPy's current stream, not waited for. Each queued run has a
@@ -351,7 +396,7 @@ class CudaExecutable(ExecutableGraph):
             if self._control:
                 self._graph = graphs.build(self.cp, lambda chain: emit_items(chain, executable_items(self)))
             else:
-                self._graph = graphs.capture(self.cp, [act for _, _, actions in self._bound for act in actions])
+                self._graph = graphs.capture(self.cp, self._actions())
         except Exception as e:  # capture is an optimization: never fail the run for it
             self.capture_enabled = False
             self.capture_error = f"{type(e).__name__}: {e}"

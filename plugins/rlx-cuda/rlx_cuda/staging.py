@@ -87,14 +87,12 @@ class Staging:
         stream = self.cp.cuda.get_current_stream()
         memcpy = self.cp.cuda.runtime.memcpyAsync
         device: list[tuple[int, Any, Any]] = []
-        if self._upload_pending:
-            self._uploaded.synchronize()  # the mirror may still be on its way to the device
-            self._upload_pending = False
+        self._mirror_free()
         sent = end = 0  # mirror bytes [sent, end) are written but not yet sent
         for row, (name, (view, mirror, offset)) in enumerate(self._inputs.items()):
             value = values[name]
             if isinstance(value, np.ndarray):
-                np.copyto(mirror, value.view(mirror.dtype).reshape(mirror.shape), casting="no")
+                _to_mirror(mirror, value)
                 end = offset + mirror.nbytes
                 if end - sent >= _CHUNK:
                     memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
@@ -104,10 +102,37 @@ class Staging:
         if end > sent:
             memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
         if end:
-            self._uploaded.record(stream)
-            self._upload_pending = True
+            self.mirror_sent(stream)
         if device:  # after the host inputs, on the same stream
             self._write_device_inputs(device, stream)
+
+    # --- host inputs uploaded by the CUDA graph ----------------------------------------------
+    def all_host(self, values: Mapping[str, Any]) -> bool:
+        return all(isinstance(values[name], np.ndarray) for name in self._inputs)
+
+    def uploads(self) -> dict[str, tuple[int, int, int]]:
+        """Each input's upload from the pinned mirror: name -> (dst, src, nbytes), for a
+        CUDA graph that copies the inputs itself (``graphs.capture``'s ``uploads``)."""
+        return {name: (self._block_ptr + offset, self._in_mem.ptr + offset, view.nbytes)
+                for name, (view, _, offset) in self._inputs.items() if view.nbytes}
+
+    def fill_mirror(self, values: Mapping[str, np.ndarray]) -> None:
+        """Write every (host) input into the pinned mirror and send nothing: the graph
+        launched next uploads them (then call :meth:`mirror_sent`)."""
+        self._mirror_free()
+        for name, (_, mirror, _) in self._inputs.items():
+            _to_mirror(mirror, values[name])
+
+    def mirror_sent(self, stream) -> None:
+        """The mirror's upload is enqueued on ``stream``: it is not written again before
+        the upload (or the graph that does it) completes."""
+        self._uploaded.record(stream)
+        self._upload_pending = True
+
+    def _mirror_free(self) -> None:
+        if self._upload_pending:
+            self._uploaded.synchronize()  # the mirror may still be on its way to the device
+            self._upload_pending = False
 
     def _write_device_inputs(self, device: list[tuple[int, Any, Any]], stream) -> None:
         """Device arrays copied device to device by pointer, all in ONE kernel launch
@@ -192,6 +217,10 @@ def torch_stream(torch, index: int) -> int:
     object, about 8 us, and a run asks once or twice)."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def _to_mirror(mirror: np.ndarray, value: np.ndarray) -> None:
+    np.copyto(mirror, value.view(mirror.dtype).reshape(mirror.shape), casting="no")
 
 
 def _host_view(buf: np.ndarray, offset: int, like) -> np.ndarray:

@@ -111,6 +111,43 @@ def test_host_inputs_large_and_small_reach_the_device_in_run_and_submit():
     cp.cuda.get_current_stream().synchronize()
 
 
+def test_host_inputs_are_uploaded_by_the_graph_each_before_its_first_reader():
+    """Once captured, a run whose inputs are all numpy arrays launches a graph that uploads
+    them itself (``_upload_graph``), each input's copy on a branch that the first step
+    touching it waits for. Inputs read early, late (after a chain of steps), never, or
+    passed straight out must all hold this run's values, run after run, also when runs
+    with device inputs (the plain graph) and submits come in between."""
+    import cupy as cp
+    from rlx_core import evaluate
+    g = Graph("uploads")
+    shapes = {"early": (256, 256), "late": (256, 256), "unused": (17,), "through": (3, 5), "tail": (256,)}
+    ins = {name: g.input(name, dims) for name, dims in shapes.items()}
+    h = ins["early"]
+    for _ in range(6):
+        h = g.tanh(g.matmul(h, ins["early"]) * 0.05)
+    late = g.matmul(h, ins["late"]) + ins["tail"]
+    g.set_outputs([late, ins["through"], h.sum()])
+    c = _compiled(g)
+    rng = np.random.default_rng(5)
+    for round_ in range(8):
+        feeds = {name: rng.standard_normal(dims).astype(np.float32) for name, dims in shapes.items()}
+        if round_ == 5:
+            got = c.run({k: cp.asarray(v) for k, v in feeds.items()})
+        elif round_ == 6:
+            got = c.submit(feeds).wait()
+        else:
+            got = c.run(feeds)
+        for want, have in zip(evaluate(g, feeds), got):
+            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-4)
+    exe = c.executable
+    assert exe._upload_graph not in (None, False), "the graph with the input uploads was not captured"
+    uploads = exe._uploads()
+    assert [u[3] for u in uploads] == sorted(u[3] for u in uploads)
+    first_by_dst = {dst: first for dst, _, _, first in uploads}
+    first = {name: first_by_dst[dst] for name, (dst, _, _) in exe._staging.uploads().items()}
+    assert first["early"] == 0 < first["late"] < first["unused"] == len(exe._actions())  # unused: at the join
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f64", "bf16"])
 def test_philox_uniform_bits_equal_the_cpu(dtype):
     g = Graph("rng")
