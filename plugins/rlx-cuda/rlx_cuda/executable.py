@@ -44,7 +44,7 @@ from .dtypes import storage_np
 from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
 from .plan import plan_memory
 from .runtime import Runtime
-from .staging import Staging, torch_stream
+from .staging import Staging, torch_stream, upload_segments
 from .steps import Buf, Copy, Gemm, Host, Launch, Memset
 
 __all__ = ["CudaExecutable", "OUTPUT_MODES"]
@@ -137,7 +137,7 @@ class CudaExecutable(ExecutableGraph):
             all(cap or (i in self._control and self._control[i].reason is None)
                 for i, (_, cap, _) in enumerate(self._bound))
         self._graph = None
-        self._upload_graph = None  # the graph with the host inputs' uploads in it (see _run_uploading)
+        self._upload_graphs = None  # graphs with the host inputs' uploads in them (see _run_uploading)
         self._staging: Staging | None = None  # made by the first run (control-flow bodies never need it)
         self._ring: list[Staging] = []  # submit's staging slots, made by the first submit
         self._next_slot = 0
@@ -238,7 +238,7 @@ class CudaExecutable(ExecutableGraph):
 
     def set_rng(self, rng: RngOptions) -> None:
         if rng != self.rng:
-            self._graph = self._upload_graph = None  # captured launches hold the old seeds
+            self._graph = self._upload_graphs = None  # captured launches hold the old seeds
         self.rng = rng
 
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
@@ -253,47 +253,55 @@ class CudaExecutable(ExecutableGraph):
             return self._read_outputs(out)
 
     def _run_uploading(self, inputs: Mapping[str, Any]) -> bool:
-        """Run with every input a numpy array through a second CUDA graph that uploads them
-        itself, each on a branch that overlaps the work before its first reader (see
-        ``graphs.capture``), so that of the upload only what the first steps wait for
-        adds to the run. Only once the plain graph is captured and without control flow;
-        False where this path does not apply (the caller stages and runs as usual)."""
+        """Run with every input a numpy array through graphs that upload them themselves:
+        the captured work cut into segments at the first readers of large inputs
+        (``staging.upload_segments``), each launched as soon as the host has copied its
+        inputs into the pinned mirror, so the GPU runs one segment while the host copies
+        the next one's inputs, and in a segment each input's upload overlaps the work
+        before its first reader (``graphs.capture``). Only once the plain graph is
+        captured and without control flow; False where this path does not apply (the
+        caller stages and runs as usual)."""
         if self._graph is None or self._control or self._tracer is not None or \
                 not self._staging.all_host(inputs):
             return False
-        if self._upload_graph is None:
+        if self._upload_graphs is None:
             try:
-                self._upload_graph = graphs.capture(self.cp, self._actions(), self._uploads())
+                self._upload_graphs = self._capture_uploading()
             except Exception as e:  # an optimization: the plain path stays
                 log.warning("cuda: capturing '%s' with its input uploads failed, staging them apart: %s",
                             self.graph.name, e)
-                self._upload_graph = False
-        if self._upload_graph is False:
+                self._upload_graphs = False
+        if self._upload_graphs is False:
             return False
         stream = self.cp.cuda.get_current_stream()
-        self._staging.fill_mirror(inputs)
         self._runs += 1
-        self._upload_graph.launch(stream=stream)
+        for names, graph in self._upload_graphs:
+            self._staging.fill_mirror(inputs, names)
+            graph.launch(stream=stream)
         self._staging.mirror_sent(stream)
         return True
+
+    def _capture_uploading(self) -> list[tuple[list[str], Any]]:
+        """The segment graphs of :meth:`_run_uploading`: (names of the inputs it uploads, graph)."""
+        actions = self._actions()
+        return [([u.name for u in ups], graphs.capture(self.cp, actions[a:b], ups))
+                for a, b, ups in upload_segments(self._staging.uploads(self._first_touch()), len(actions))]
 
     def _actions(self) -> list:
         """Every bound action, in order (what a plain CUDA graph captures)."""
         return [act for _, _, actions in self._bound for act in actions]
 
-    def _uploads(self) -> list[tuple[int, int, int, int]]:
-        """The staging mirror's uploads for ``graphs.capture``, each with the index of the
-        first action (in capture order) of a step that touches its input, by first use."""
+    def _first_touch(self) -> dict[str, int]:
+        """Input name -> the index (in :meth:`_actions`) of the first action of a step that
+        touches it; the number of actions for an input no step touches."""
         root = self.plan.root
-        first_action: dict[Ref, int] = {}
+        first: dict[Ref, int] = {}
         index = 0
         for step, (_, _, actions) in zip(self.steps, self._bound):
             for ref in step.touched():
-                first_action.setdefault(root(ref), index)
+                first.setdefault(root(ref), index)
             index += len(actions)
-        refs = {n.attrs["name"]: Ref(n.id) for n in self.graph.input_nodes}
-        return sorted(((dst, src, nbytes, first_action.get(refs[name], index))
-                       for name, (dst, src, nbytes) in self._staging.uploads().items()), key=lambda u: u[3])
+        return {n.attrs["name"]: first.get(Ref(n.id), index) for n in self.graph.input_nodes}
 
     def submit(self, inputs: Mapping[str, Any]) -> Pending:
         """The run queued on CuPy's current stream, not waited for. Each queued run has a

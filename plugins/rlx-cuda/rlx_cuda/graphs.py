@@ -451,12 +451,13 @@ def build(cp, populate: Callable[[Chain], None], drv: Driver | None = None) -> D
     return DeviceGraph(drv, graph, exe)
 
 
-def capture(cp, fns: Sequence[Callable[[], None]], uploads: Sequence[tuple[int, int, int, int]] = ()) -> Any:
+def capture(cp, fns: Sequence[Callable[[], None]], uploads: Sequence[Any] = ()) -> Any:
     """One CuPy CUDA graph of ``fns`` (plain capture on a stream of its own, after the
     current stream drained so that the work's first eager run is complete).
 
-    ``uploads``: host-to-device copies ``(dst, src, nbytes, first)`` from pinned memory,
-    in order of ``first``: the index of the first of ``fns`` that touches ``dst``. They are
+    ``uploads``: host-to-device copies from pinned memory (``staging.Upload``: ``dst``,
+    ``src``, ``nbytes``, ``first``), in order of ``first``: the index of the first of
+    ``fns`` that touches ``dst`` (any index past the last: none does). They are
     captured on a branch of their own that forks at the start, and ``fns[first]`` waits
     for its copy (and the copies before it), so each copy runs on a copy engine while the
     work before its first reader runs; the branch joins the graph before its end."""
@@ -469,9 +470,9 @@ def capture(cp, fns: Sequence[Callable[[], None]], uploads: Sequence[tuple[int, 
             if uploads:
                 branch = cp.cuda.Stream(non_blocking=True)
                 branch.wait_event(stream.record())
-                for dst, src, nbytes, first in uploads:
-                    cp.cuda.runtime.memcpyAsync(dst, src, nbytes, 1, branch.ptr)  # host to device
-                    arrived[first] = branch.record()
+                for u in uploads:
+                    cp.cuda.runtime.memcpyAsync(u.dst, u.src, u.nbytes, 1, branch.ptr)  # host to device
+                    arrived[u.first] = branch.record()
             for i, fn in enumerate(fns):
                 if i in arrived:
                     stream.wait_event(arrived.pop(i))
