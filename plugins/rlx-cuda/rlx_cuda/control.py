@@ -94,13 +94,26 @@ def _used_inputs(sub) -> list[bool]:
     root = sub.plan.root
     read = {root(r) for r in sub.graph.outputs}
     for step in sub.steps:
-        read.update(root(r) for r in step.touched())
+        read.update(root(r) for r in step.reads)
+        for action in step.actions:
+            for buf in _bufs(action):
+                if buf.ref is not None:
+                    read.add(root(buf.ref))
+            node = getattr(action, "node", None)
+            if node is not None:
+                read.update(root(r) for r in node.inputs)
     return [root(Ref(n.id)) in read for n in sub.graph.input_nodes]
 
 
 def _capturable(sub) -> bool:
     """Whether every step of ``sub`` is device work (nested control flow is not: it may sync)."""
     return all(cap and i not in sub._control for i, (_, cap, _) in enumerate(sub._bound))
+
+
+def _bufs(action) -> list:
+    from .steps import Buf
+    values = list(getattr(action, "args", ())) + [getattr(action, k, None) for k in ("a", "b", "c", "src", "dst")]
+    return [v for v in values if isinstance(v, Buf)]
 
 
 def _ptr(arr) -> int:

@@ -44,7 +44,7 @@ from .dtypes import storage_np
 from .lower import ATTENTION_KERNELS, LowerContext, RngSeed, lower_graph
 from .plan import plan_memory
 from .runtime import Runtime
-from .staging import Staging, torch_stream, upload_segments
+from .staging import Staging, torch_stream
 from .steps import Buf, Copy, Gemm, Host, Launch, Memset
 
 __all__ = ["CudaExecutable", "OUTPUT_MODES"]
@@ -137,7 +137,6 @@ class CudaExecutable(ExecutableGraph):
             all(cap or (i in self._control and self._control[i].reason is None)
                 for i, (_, cap, _) in enumerate(self._bound))
         self._graph = None
-        self._upload_graphs = None  # graphs with the host inputs' uploads in them (see _run_uploading)
         self._staging: Staging | None = None  # made by the first run (control-flow bodies never need it)
         self._ring: list[Staging] = []  # submit's staging slots, made by the first submit
         self._next_slot = 0
@@ -238,7 +237,7 @@ class CudaExecutable(ExecutableGraph):
 
     def set_rng(self, rng: RngOptions) -> None:
         if rng != self.rng:
-            self._graph = self._upload_graphs = None  # captured launches hold the old seeds
+            self._graph = None  # captured launches hold the old seeds
         self.rng = rng
 
     def run(self, inputs: Mapping[str, Any], out: Sequence[np.ndarray] | None = None) -> list[Any]:
@@ -247,61 +246,9 @@ class CudaExecutable(ExecutableGraph):
                 self._staging = self._new_staging()
             if self._queued is not None:
                 self._after_queued()
-            if not self._run_uploading(inputs):
-                self._staging.write_inputs(inputs)
-                self._execute()
+            self._staging.write_inputs(inputs)
+            self._execute()
             return self._read_outputs(out)
-
-    def _run_uploading(self, inputs: Mapping[str, Any]) -> bool:
-        """Run with every input a numpy array through graphs that upload them themselves:
-        the captured work cut into segments at the first readers of large inputs
-        (``staging.upload_segments``), each launched as soon as the host has copied its
-        inputs into the pinned mirror, so the GPU runs one segment while the host copies
-        the next one's inputs, and in a segment each input's upload overlaps the work
-        before its first reader (``graphs.capture``). Only once the plain graph is
-        captured and without control flow; False where this path does not apply (the
-        caller stages and runs as usual)."""
-        if self._graph is None or self._control or self._tracer is not None or \
-                not self._staging.all_host(inputs):
-            return False
-        if self._upload_graphs is None:
-            try:
-                self._upload_graphs = self._capture_uploading()
-            except Exception as e:  # an optimization: the plain path stays
-                log.warning("cuda: capturing '%s' with its input uploads failed, staging them apart: %s",
-                            self.graph.name, e)
-                self._upload_graphs = False
-        if self._upload_graphs is False:
-            return False
-        stream = self.cp.cuda.get_current_stream()
-        self._runs += 1
-        for names, graph in self._upload_graphs:
-            self._staging.fill_mirror(inputs, names)
-            graph.launch(stream=stream)
-        self._staging.mirror_sent(stream)
-        return True
-
-    def _capture_uploading(self) -> list[tuple[list[str], Any]]:
-        """The segment graphs of :meth:`_run_uploading`: (names of the inputs it uploads, graph)."""
-        actions = self._actions()
-        return [([u.name for u in ups], graphs.capture(self.cp, actions[a:b], ups))
-                for a, b, ups in upload_segments(self._staging.uploads(self._first_touch()), len(actions))]
-
-    def _actions(self) -> list:
-        """Every bound action, in order (what a plain CUDA graph captures)."""
-        return [act for _, _, actions in self._bound for act in actions]
-
-    def _first_touch(self) -> dict[str, int]:
-        """Input name -> the index (in :meth:`_actions`) of the first action of a step that
-        touches it; the number of actions for an input no step touches."""
-        root = self.plan.root
-        first: dict[Ref, int] = {}
-        index = 0
-        for step, (_, _, actions) in zip(self.steps, self._bound):
-            for ref in step.touched():
-                first.setdefault(root(ref), index)
-            index += len(actions)
-        return {n.attrs["name"]: first.get(Ref(n.id), index) for n in self.graph.input_nodes}
 
     def submit(self, inputs: Mapping[str, Any]) -> Pending:
         """The run queued on CuPy's current stream, not waited for. Each queued run has a
@@ -404,7 +351,7 @@ class CudaExecutable(ExecutableGraph):
             if self._control:
                 self._graph = graphs.build(self.cp, lambda chain: emit_items(chain, executable_items(self)))
             else:
-                self._graph = graphs.capture(self.cp, self._actions())
+                self._graph = graphs.capture(self.cp, [act for _, _, actions in self._bound for act in actions])
         except Exception as e:  # capture is an optimization: never fail the run for it
             self.capture_enabled = False
             self.capture_error = f"{type(e).__name__}: {e}"

@@ -451,34 +451,16 @@ def build(cp, populate: Callable[[Chain], None], drv: Driver | None = None) -> D
     return DeviceGraph(drv, graph, exe)
 
 
-def capture(cp, fns: Sequence[Callable[[], None]], uploads: Sequence[Any] = ()) -> Any:
+def capture(cp, fns: Sequence[Callable[[], None]]) -> Any:
     """One CuPy CUDA graph of ``fns`` (plain capture on a stream of its own, after the
-    current stream drained so that the work's first eager run is complete).
-
-    ``uploads``: host-to-device copies from pinned memory (``staging.Upload``: ``dst``,
-    ``src``, ``nbytes``, ``first``), in order of ``first``: the index of the first of
-    ``fns`` that touches ``dst`` (any index past the last: none does). They are
-    captured on a branch of their own that forks at the start, and ``fns[first]`` waits
-    for its copy (and the copies before it), so each copy runs on a copy engine while the
-    work before its first reader runs; the branch joins the graph before its end."""
+    current stream drained so that the work's first eager run is complete)."""
     stream = cp.cuda.Stream(non_blocking=True)
     cp.cuda.get_current_stream().synchronize()
     with stream:
         stream.begin_capture()
         try:
-            arrived: dict[int, Any] = {}  # fn index -> the upload branch's event it waits for
-            if uploads:
-                branch = cp.cuda.Stream(non_blocking=True)
-                branch.wait_event(stream.record())
-                for u in uploads:
-                    cp.cuda.runtime.memcpyAsync(u.dst, u.src, u.nbytes, 1, branch.ptr)  # host to device
-                    arrived[u.first] = branch.record()
-            for i, fn in enumerate(fns):
-                if i in arrived:
-                    stream.wait_event(arrived.pop(i))
+            for fn in fns:
                 fn()
-            if uploads:
-                stream.wait_event(branch.record())
         finally:
             graph = stream.end_capture()
     return graph

@@ -19,36 +19,17 @@ on an event recorded after the previous upload (a no-op when the previous run sy
 """
 from __future__ import annotations
 
-import bisect
-import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
-from rlx_core.errors import InputError
 
 from .graphs import control_kernels
 
-__all__ = ["Staging", "Upload", "copy_to_mirror", "upload_segments", "torch_stream"]
+__all__ = ["Staging", "torch_stream"]
 
 _H2D, _D2H, _D2D = 1, 2, 3
 _CHUNK = 256 << 10  # host input bytes per upload once inputs are large
-_PIECE = 256 << 10  # host input bytes per copy thread's task (see copy_to_mirror)
-_COPIERS = 4        # copy threads at most
-_POOL = None
-SEGMENT_BYTES = 128 << 10  # an input this large starts a graph segment at its first reader
-MAX_SEGMENTS = 8
-
-
-class Upload(NamedTuple):
-    """One input's copy from the pinned mirror (``src``) into the arena (``dst``), and
-    ``first``: the index of the first action that touches it."""
-    dst: int
-    src: int
-    nbytes: int
-    first: int
-    name: str
 
 
 class Staging:
@@ -106,12 +87,14 @@ class Staging:
         stream = self.cp.cuda.get_current_stream()
         memcpy = self.cp.cuda.runtime.memcpyAsync
         device: list[tuple[int, Any, Any]] = []
-        self._mirror_free()
+        if self._upload_pending:
+            self._uploaded.synchronize()  # the mirror may still be on its way to the device
+            self._upload_pending = False
         sent = end = 0  # mirror bytes [sent, end) are written but not yet sent
         for row, (name, (view, mirror, offset)) in enumerate(self._inputs.items()):
             value = values[name]
             if isinstance(value, np.ndarray):
-                _to_mirror(mirror, value)
+                np.copyto(mirror, value.view(mirror.dtype).reshape(mirror.shape), casting="no")
                 end = offset + mirror.nbytes
                 if end - sent >= _CHUNK:
                     memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
@@ -121,40 +104,10 @@ class Staging:
         if end > sent:
             memcpy(self._block_ptr + sent, self._in_mem.ptr + sent, end - sent, _H2D, stream.ptr)
         if end:
-            self.mirror_sent(stream)
+            self._uploaded.record(stream)
+            self._upload_pending = True
         if device:  # after the host inputs, on the same stream
             self._write_device_inputs(device, stream)
-
-    # --- host inputs uploaded by the CUDA graph ----------------------------------------------
-    def all_host(self, values: Mapping[str, Any]) -> bool:
-        return all(isinstance(values[name], np.ndarray) for name in self._inputs)
-
-    def uploads(self, first: Mapping[str, int]) -> list[Upload]:
-        """Each input's upload from the pinned mirror, for CUDA graphs that copy the inputs
-        themselves (``graphs.capture``'s ``uploads``), in order of ``first`` (name -> the
-        index of the first action that touches the input)."""
-        ups = [Upload(self._block_ptr + offset, self._in_mem.ptr + offset, view.nbytes, first[name], name)
-               for name, (view, _, offset) in self._inputs.items() if view.nbytes]
-        return sorted(ups, key=lambda u: u.first)
-
-    def fill_mirror(self, values: Mapping[str, np.ndarray], names: Sequence[str] | None = None) -> None:
-        """Write the host inputs ``names`` (default: all) of ``values`` into the pinned
-        mirror and send nothing: a graph launched next uploads them (and once the last is
-        launched, call :meth:`mirror_sent`). Large ones are copied by several threads."""
-        self._mirror_free()
-        pairs = [(self._inputs[name][1], values[name]) for name in (self._inputs if names is None else names)]
-        copy_to_mirror(pairs)
-
-    def mirror_sent(self, stream) -> None:
-        """The mirror's upload is enqueued on ``stream``: it is not written again before
-        the upload (or the graph that does it) completes."""
-        self._uploaded.record(stream)
-        self._upload_pending = True
-
-    def _mirror_free(self) -> None:
-        if self._upload_pending:
-            self._uploaded.synchronize()  # the mirror may still be on its way to the device
-            self._upload_pending = False
 
     def _write_device_inputs(self, device: list[tuple[int, Any, Any]], stream) -> None:
         """Device arrays copied device to device by pointer, all in ONE kernel launch
@@ -239,63 +192,6 @@ def torch_stream(torch, index: int) -> int:
     object, about 8 us, and a run asks once or twice)."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
-
-
-def upload_segments(uploads: Sequence[Upload], actions: int) -> list[tuple[int, int, list[Upload]]]:
-    """Where to cut ``actions`` actions into graphs launched one after another, so that the
-    host copies the next segment's inputs into the mirror while the GPU runs the last
-    one: ``(start, stop, uploads)`` per segment, ``uploads`` re-indexed to the segment.
-    A segment begins at action 0 and at the first reader of each input of at least
-    ``SEGMENT_BYTES`` (at most ``MAX_SEGMENTS`` segments: the cuts before the most bytes
-    win); an input is uploaded by the segment of its first reader (an unread one by the
-    last)."""
-    at: dict[int, int] = {}  # cut -> the bytes first read there
-    for u in uploads:
-        if u.nbytes >= SEGMENT_BYTES and 0 < u.first < actions:
-            at[u.first] = at.get(u.first, 0) + u.nbytes
-    cuts = sorted(sorted(at, key=at.get, reverse=True)[:MAX_SEGMENTS - 1])
-    starts, ends = [0, *cuts], [*cuts, actions]
-    segments: list[tuple[int, int, list[Upload]]] = [(a, b, []) for a, b in zip(starts, ends)]
-    for u in uploads:
-        a, _, ups = segments[bisect.bisect_right(starts, u.first) - 1]
-        ups.append(u._replace(first=u.first - a))
-    return segments
-
-
-def _to_mirror(mirror: np.ndarray, value: np.ndarray) -> None:
-    np.copyto(mirror, value.view(mirror.dtype).reshape(mirror.shape), casting="no")
-
-
-def copy_to_mirror(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
-    """``mirror[...] = value`` for each pair. Once there are ``_PIECE`` bytes or more, in
-    pieces of ``_PIECE`` bytes spread over a few threads (numpy drops the GIL while it
-    copies): on the H200 machine one thread copied into pinned memory at about 10 GB/s,
-    a 2 MiB decode step's inputs in 0.21 ms, longer than the step."""
-    total = sum(mirror.nbytes for mirror, _ in pairs)
-    workers = _copiers()
-    if total < 2 * _PIECE or workers is None:
-        for mirror, value in pairs:
-            _to_mirror(mirror, value)
-        return
-    pieces = []
-    for mirror, value in pairs:
-        dst = mirror.reshape(-1).view(np.uint8)
-        src = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
-        if src.nbytes != dst.nbytes:
-            raise InputError(f"input of {src.nbytes} bytes where {dst.nbytes} are expected")
-        pieces += [(dst[i:i + _PIECE], src[i:i + _PIECE]) for i in range(0, dst.nbytes, _PIECE)]
-    for _ in workers.map(lambda piece: np.copyto(*piece), pieces):
-        pass
-
-
-def _copiers():
-    """The process's pool of copy threads (None on a machine with fewer than 4 cores,
-    where threads would only contend with the caller)."""
-    global _POOL
-    if _POOL is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        _POOL = False if cores < 4 else ThreadPoolExecutor(min(_COPIERS, cores // 2), "rlx-cuda-copy")
-    return _POOL or None
 
 
 def _host_view(buf: np.ndarray, offset: int, like) -> np.ndarray:

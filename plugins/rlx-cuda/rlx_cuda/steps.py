@@ -98,17 +98,5 @@ class Step:
         """Whether a CUDA graph can record this step (no host work, no allocation)."""
         return not any(isinstance(a, Host) for a in self.actions)
 
-    def touched(self) -> set[Ref]:
-        """Every value this step's work may read or write: its reads and writes, the values
-        its actions address and a host action's node's inputs (before aliases resolve)."""
-        refs = set(self.reads) | set(self.writes)
-        for action in self.actions:
-            values = list(getattr(action, "args", ())) + [getattr(action, k, None) for k in ("a", "b", "c", "src", "dst")]
-            refs.update(v.ref for v in values if isinstance(v, Buf) and v.ref is not None)
-            node = getattr(action, "node", None)
-            if node is not None:
-                refs.update(node.inputs)
-        return refs
-
     def sources(self) -> list[str]:
         return [a.source for a in self.actions if isinstance(a, Launch)]

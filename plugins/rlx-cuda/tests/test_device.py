@@ -111,44 +111,6 @@ def test_host_inputs_large_and_small_reach_the_device_in_run_and_submit():
     cp.cuda.get_current_stream().synchronize()
 
 
-def test_host_inputs_are_uploaded_by_the_graphs_each_before_its_first_reader():
-    """Once captured, a run whose inputs are all numpy arrays launches graphs that upload
-    them themselves (``_upload_graphs``): the work cut at the first reader of a large
-    input, each input's copy on a branch its first reader waits for. Inputs read early,
-    late (after a chain of steps), never, or passed straight out must all hold this run's
-    values, run after run, also when runs with device inputs (the plain graph) and
-    submits come in between; large inputs are copied by the copy threads."""
-    import cupy as cp
-    from rlx_core import evaluate
-    g = Graph("uploads")
-    shapes = {"early": (512, 512), "late": (512, 512), "unused": (17,), "through": (3, 5), "tail": (512,)}
-    ins = {name: g.input(name, dims) for name, dims in shapes.items()}
-    h = ins["early"]
-    for _ in range(6):
-        h = g.tanh(g.matmul(h, ins["early"]) * 0.05)
-    late = g.matmul(h, ins["late"]) + ins["tail"]
-    g.set_outputs([late, ins["through"], h.sum()])
-    c = _compiled(g)
-    rng = np.random.default_rng(5)
-    for round_ in range(8):
-        feeds = {name: rng.standard_normal(dims).astype(np.float32) for name, dims in shapes.items()}
-        if round_ == 5:
-            got = c.run({k: cp.asarray(v) for k, v in feeds.items()})
-        elif round_ == 6:
-            got = c.submit(feeds).wait()
-        else:
-            got = c.run(feeds)
-        for want, have in zip(evaluate(g, feeds), got):
-            np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-4)
-    exe = c.executable
-    assert exe._upload_graphs not in (None, False), "the graphs with the input uploads were not captured"
-    first = exe._first_touch()
-    assert first["early"] == 0 < first["late"] < first["unused"] == len(exe._actions())  # unused: no reader
-    segments = [names for names, _ in exe._upload_graphs]  # cut once: at late's first reader
-    assert len(segments) == 2 and segments[0] == ["early"] and segments[1][0] == "late", segments
-    assert sorted(segments[0] + segments[1]) == sorted(shapes)
-
-
 @pytest.mark.parametrize("dtype", ["f32", "f64", "bf16"])
 def test_philox_uniform_bits_equal_the_cpu(dtype):
     g = Graph("rng")
