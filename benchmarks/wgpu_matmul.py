@@ -6,15 +6,17 @@ RLX compiles one n x n x n f32 matmul for the wgpu device with the plugin's own 
 (the calibrated tile when a calibration exists) and with each tile of
 ``rlx_wgpu.calibrate.LARGE_TILES`` that fits the device, checks each product against
 cuBLAS's (numpy's where there is no CUDA), and times the device work alone: many
-products encoded into one submit (``rlx_wgpu.calibrate.device_seconds``), ``--rounds``
-rounds, interleaved: each round times the peer -- cuBLAS on the same machine and data with
-TF32 off (``CUPY_TF32=0``), with CUDA events -- and then every variant once, so that clock
-and thermal drift hit them alike. The table shows each variant's fastest round, the
-spread (slowest / fastest round) and "vs peer": the median over rounds of the variant's
-speed over the peer's in the same round. A ratio per round holds when the GPU's speed
-changes between rounds (on the H200 it had slow spells at half to four fifths of full
-speed), where a ratio of two figures taken at different times would not. Without CuPy and a CUDA GPU the comparison is numpy's BLAS on the host. Writes
-the JSON named by ``--out`` (and a Markdown table beside it) and prints the table.
+products encoded into one submit (``rlx_wgpu.calibrate.device_seconds``), measured with
+GPU timestamps where the adapter has them (else the wall time of the submit and its
+wait). ``--rounds`` rounds, interleaved: each round times the peer -- cuBLAS on the same
+machine and data with TF32 off (``CUPY_TF32=0``), with CUDA events -- and then every
+variant once, so that drift hits them alike. The table shows each variant's fastest
+round, the spread (slowest / fastest round) and "vs peer": the median over rounds of the
+variant's speed over the peer's in the same round. On the H200 the wall time of the same
+batches varied up to twofold (the driver's submission and the host's wake-up), while the
+GPU timestamps repeat to 0.1%. Without CuPy and a CUDA GPU the comparison is numpy's
+BLAS on the host. Writes the JSON named by ``--out`` (and a Markdown table beside it) and
+prints the table.
 """
 from __future__ import annotations
 
@@ -99,8 +101,11 @@ def main(argv=None) -> int:
         "device": args.device, "adapter": gpu.describe(), "wgpu": wgpu.__version__, "host": platform.node(),
         "rlx": rows, "rlx_best": best, "peer": peer_name, "peer_gflops": max(peer_by_round),
         "peer_gflops_by_round": peer_by_round, "ratio_default": default["vs_peer"], "ratio_best": best["vs_peer"],
+        "timed_with": "GPU timestamps" if gpu.timestamp_period is not None else "host wall time",
         "timing": f"{args.rounds} interleaved rounds, each timing the peer and then every tile once; RLX: device "
-                  "work only, products encoded back to back into one submit (fastest round shown); "
+                  "work only, products encoded back to back into one submit, "
+                  + ("GPU timestamps" if gpu.timestamp_period is not None else "wall time of submit and wait")
+                  + " (fastest round shown); "
                   + ("cuBLAS: CUDA events around 20 products" if peer else "numpy: fastest of 5 host products")
                   + " (fastest round shown); vs peer: median over rounds of the tile's speed over the peer's "
                     "in the same round",

@@ -99,14 +99,18 @@ def cached_tuning(path: Path, valid: Callable[[dict], bool], measure: Callable[[
     return result
 
 
-def batch_seconds(run: Callable[[int], None], min_seconds: float = 0.2, max_repeats: int = 200) -> float:
+def batch_seconds(run: Callable[[int], float | None], min_seconds: float = 0.2, max_repeats: int = 200) -> float:
     """Seconds per run of device work: ``run(repeats)`` issues ``repeats`` runs back to back
     and waits for them. One run first (warms caches and clocks, and sizes the batch), then
-    batches long enough to take ``min_seconds`` (2 to ``max_repeats`` runs); best of two."""
+    batches long enough to take ``min_seconds`` (2 to ``max_repeats`` runs); best of two.
+    A batch's time is the wall time around ``run``, or what ``run`` returns: the device's
+    own measure of the batch (GPU timestamps), taken when it is positive and within the
+    wall time."""
     def timed(repeats: int) -> float:
         start = time.perf_counter()
-        run(repeats)
-        return (time.perf_counter() - start) / repeats
+        device = run(repeats)
+        wall = time.perf_counter() - start
+        return (device if device is not None and 0 < device <= wall else wall) / repeats
     once = timed(1)
     repeats = max(2, min(max_repeats, int(min_seconds / max(once, 1e-6))))
     return min(timed(repeats) for _ in range(2))

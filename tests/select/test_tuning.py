@@ -11,7 +11,8 @@ import pytest
 
 from rlx_core.select import calibration as cal
 from rlx_core.select import load_calibration
-from rlx_core.select.tuning import cached_tuning, positive_figures, read_tuning, tuning_path, write_tuning
+from rlx_core.select.tuning import (batch_seconds, cached_tuning, positive_figures, read_tuning, tuning_path,
+                                    write_tuning)
 
 KEYS = ("sgemm_gflops", "memory_bw_gbps", "roundtrip_overhead_ns")
 GOOD = {"sgemm_gflops": 900.0, "memory_bw_gbps": 40.0, "roundtrip_overhead_ns": 20_000.0}
@@ -91,3 +92,21 @@ def test_linked_calibration_is_ignored_with_a_warning(helpers, tmp_path, caplog)
     with caplog.at_level(logging.WARNING, logger="rlx.select.calibration"):
         assert load_calibration("cpu") is None
     assert "symbolic link" in caplog.text and "re-measuring" in caplog.text
+
+
+def test_batch_seconds_takes_the_devices_own_time_when_it_is_plausible():
+    """A run may report its batch's device time (GPU timestamps): that is what counts, not
+    the wall time around it; a figure above the wall time or not positive is not believed."""
+    import time
+    calls = []
+
+    def run(device_per_run):
+        def batch(repeats):
+            calls.append(repeats)
+            time.sleep(0.002 * repeats)
+            return None if device_per_run is None else device_per_run * repeats
+        return batch
+    assert batch_seconds(run(0.0005), min_seconds=0.02) == pytest.approx(0.0005)
+    assert calls[0] == 1 and all(r >= 2 for r in calls[1:])
+    for implausible in (None, 0.0, 1.0):  # wall time instead: about the 2 ms slept
+        assert 0.002 <= batch_seconds(run(implausible), min_seconds=0.02) < 0.05

@@ -2,14 +2,15 @@
 
 * ``sgemm_gflops``: f32 matmul throughput (GFLOP/s) of the fastest matmul tile of
   :data:`LARGE_TILES` (those that fit the device's workgroup memory), timed on device work
-  alone (many products in one submit), at 4096^3 on GPUs (512^3 on CPU adapters such as
-  lavapipe). Each tile is timed ``TIMINGS`` times, then the best ``FINALISTS`` are timed
+  alone (many products in one submit, measured with the GPU's timestamps where it has
+  them, see ``Encoder``), at 4096^3 on GPUs (512^3 on CPU adapters such as lavapipe).
+  Each tile is timed ``TIMINGS`` times, then the best ``FINALISTS`` are timed
   ``TIMINGS`` times more, interleaved, together with the *incumbent* -- the tile this
   adapter's previous calibration kept, else the first of ``LARGE_TILES`` that fits. A
-  tile's speed is its fastest timing: a device's slow spells only add time (on the H200
-  a fresh machine ran every tile at a third to a half of its speed for its first
-  minute, and slow spells came and went later), so the fastest timing is the one that
-  repeats from one calibration to the next, where a median follows the spells. The
+  tile's speed is its fastest timing: slow spells only add time (on the H200, timed on
+  the host, every tile ran at a third to a half of its speed for a fresh machine's first
+  minute and spells came and went later; the GPU's timestamps showed none of them), so
+  the fastest timing is the one that repeats from one calibration to the next. The
   fastest finalist wins, but replaces the incumbent only when it is more than
   ``SWITCH_MARGIN`` faster, so that near-equal tiles trading places do not change it. The
   winner is kept as ``matmul_tile`` (``matmul_gflops_by_tile``: every tile's speed) and
@@ -57,7 +58,7 @@ LARGE_TILES = ("128x128x16/8x8/db", "128x128x16/8x8/db/w8", "128x128x16/8x8/db/p
                "128x128x8/8x8/db/w8", "128x128x8/8x8/db/p", "128x64x16/8x4/db", "64x128x16/4x8/db",
                "64x64x16/4x4/db", "128x128x16/8x8", "128x128x8/8x8", "128x128x32/8x8", "128x128x16/8x8/w8",
                "256x128x16/16x8")
-MATMUL_KERNEL = 3  # version of the GEMM kernel's code generation and calibration: another one's cache is stale
+MATMUL_KERNEL = 4  # version of the GEMM kernel's code generation and calibration: another one's cache is stale
 TIMINGS = 3        # timings per tile in each pass
 FINALISTS = 3      # tiles timed again in the second pass (and the incumbent)
 SWITCH_MARGIN = 0.05  # how much faster than the incumbent a tile must be to replace it
@@ -104,13 +105,15 @@ def calibrate(label: str, refresh: bool = False, progress=print, matmul_size: in
 
 def device_seconds(gpu: Gpu, exe: WgpuExecutable, min_seconds: float = 0.2) -> float:
     """Seconds per run of ``exe``'s device work (inputs already written): encode runs
-    back to back in one submit, enough of them to take ``min_seconds``."""
-    def run(repeats: int) -> None:
-        ctx = Encoder(gpu)
+    back to back in one submit, enough of them to take ``min_seconds``; timed with GPU
+    timestamps where the device has them (``Encoder``'s ``timed``), else on the host."""
+    def run(repeats: int) -> float | None:
+        ctx = Encoder(gpu, timed=True)
         for _ in range(repeats):
             exe.encode(ctx)
         ctx.flush()
         gpu.sync()
+        return ctx.device_seconds()
     return batch_seconds(run, min_seconds, max_repeats=200)
 
 

@@ -78,7 +78,7 @@ SPEC_DEFAULT_LIMITS = {
     "max-uniform-buffers-per-shader-stage": 12,
     "max-dynamic-storage-buffers-per-pipeline-layout": 4,
 }
-OPTIONAL_FEATURES = ("shader-f16",)
+OPTIONAL_FEATURES = ("shader-f16", "timestamp-query")  # each requested where the adapter has it
 _TYPE_RANK = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 _BACKEND_RANK = {"Vulkan": 0, "Metal": 1, "D3D12": 2, "OpenGL": 3}
 
@@ -192,6 +192,22 @@ class Gpu:
     @property
     def workgroup_bytes(self) -> int:
         return self.limits["max-compute-workgroup-storage-size"]
+
+    @property
+    def timestamp_period(self) -> float | None:
+        """Nanoseconds per tick of this device's GPU timestamps, or None when it has none
+        (no ``timestamp-query`` feature, or a wgpu-py without wgpu-native's
+        ``wgpuQueueGetTimestampPeriod``, which WebGPU itself does not expose)."""
+        if not hasattr(self, "_timestamp_period"):
+            self._timestamp_period = None
+            if "timestamp-query" in self.features:
+                try:
+                    from wgpu.backends.wgpu_native._ffi import lib
+                    period = float(lib.wgpuQueueGetTimestampPeriod(self.device.queue._internal))
+                    self._timestamp_period = period if period > 0 else None
+                except Exception:  # another wgpu-py backend or layout: time on the host instead
+                    pass
+        return self._timestamp_period
 
     def describe(self) -> dict:
         """What device_report shows: adapter, driver, backend type, whether it is a software

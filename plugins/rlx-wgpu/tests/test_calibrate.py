@@ -119,3 +119,33 @@ def test_a_tile_counts_at_its_fastest_timing(monkeypatch):
     result = measure(open_gpu("gpu"), 64, tiles=tiles, progress=lambda m: None, timings=3, incumbent=tiles[0])
     assert result["matmul_tile"] == tiles[1]
     assert result["matmul_gflops_by_tile"][tiles[1]] == pytest.approx(2 * 64 ** 3 / 1.0 / 1e9)
+
+
+def test_device_time_comes_from_gpu_timestamps_where_the_device_has_them():
+    """A timed encoder reads the device's own clock: positive and within the wall time
+    around the submit and its wait, summed over submits; an untimed one reports nothing."""
+    import time
+    import numpy as np
+    from rlx_core.select.tuning import tiny_graph
+    from rlx_wgpu.calibrate import _compiled
+    from rlx_wgpu.encoder import Encoder
+    gpu = open_gpu("gpu")
+    if gpu.timestamp_period is None:
+        pytest.skip(f"no GPU timestamps on {gpu.info.get('device')}: calibration times on the host")
+    exe = _compiled(gpu, tiny_graph("m", lambda g, a, b: g.matmul(a, b), (96, 96), (96, 96)))
+    for submits in (1, 3):
+        ctx = Encoder(gpu, timed=True)
+        start = time.perf_counter()
+        for _ in range(submits):
+            for _ in range(4):
+                exe.encode(ctx)
+            ctx.flush()
+        gpu.sync()
+        seconds = ctx.device_seconds()
+        assert 0 < seconds <= time.perf_counter() - start
+        assert len(ctx._resolved) == submits
+    untimed = Encoder(gpu)
+    exe.encode(untimed)
+    untimed.flush()
+    assert untimed.device_seconds() is None
+    assert np.isfinite(gpu.timestamp_period)
