@@ -17,23 +17,7 @@ OUT=${OUT:-/tmp/rlx-wgpu-check}
 mkdir -p "$OUT"
 status=0
 
-if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
-  for f in .gl/*.deb; do dpkg -x "$f" /; done
-  ldconfig
-fi
-nvidia_icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -f "$nvidia_icd" ]; then export VK_DRIVER_FILES="$nvidia_icd"; fi
-nvidia_egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-if [ -f "$nvidia_egl" ]; then export __EGL_VENDOR_LIBRARY_FILENAMES="$nvidia_egl"; fi
-
-if ! python3 -c 'import wgpu' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || exit 1
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD:$PWD/plugins/rlx-wgpu${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-XDG_RUNTIME_DIR=$(mktemp -d) && export XDG_RUNTIME_DIR
-export XDG_CACHE_HOME=/tmp/rlx-wgpu-cache  # not under $OUT: driver shader caches would come back too
+. plugins/rlx-wgpu/gpu_env.sh || exit 1
 
 python3 - <<'PY' 2>&1 | tee "$OUT/adapters.txt"
 import wgpu
