@@ -16,6 +16,9 @@ OUT=${OUT:-/tmp/rlx-tpu-check}
 mkdir -p "$OUT"
 export RLX_TPU_PLATFORM=gpu XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 status=0
+# rlx-core and the plugins these benchmarks load, registered offline (their entry points)
+python3 -m pip install -q --no-deps --no-build-isolation -e . -e plugins/rlx-cpu -e plugins/rlx-cuda \
+  -e plugins/rlx-tpu -e plugins/rlx-wgpu 2>&1 | tail -3
 # wgpu on the GPU through Vulkan for run_split (carry .gl and .whl as for rlx-wgpu's gpu_check.sh)
 . plugins/rlx-wgpu/gpu_env.sh || echo "wgpu could not be set up: run_split covers tpu alone"
 
